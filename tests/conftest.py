@@ -1,7 +1,11 @@
 import os
 
-# Triton kernels run on CPU tensors through Triton's interpreter; it must be set before import.
-os.environ.setdefault("TRITON_INTERPRET", "1")
+import torch
+
+# Without a GPU, Triton kernels run on CPU tensors through Triton's interpreter; the variable must
+# be set before triton is imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("COURSE_KIT_SMOKE", "1")
 
 import pytest  # noqa: E402
