@@ -1,0 +1,114 @@
+"""Figures for notebook 07: timelines (Gantt charts of lanes), idle fraction and throughput sweeps."""
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..streams.timeline import Timeline
+
+# A stable colour per kind of work, keyed by the first word of a span's name.
+_PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+            "#7f7f7f", "#bcbd22", "#17becf"]
+
+
+def _kind(name: str) -> str:
+    return name.split(" ")[0] if name else "work"
+
+
+def _as_timeline(tl: Timeline | Iterable[Mapping]) -> Timeline:
+    return tl if isinstance(tl, Timeline) else Timeline.from_records(tl)
+
+
+def _gantt_traces(tl: Timeline, colours: dict[str, str], shown: set[str],
+                  lanes: Sequence[str] | None = None) -> list[go.Bar]:
+    traces = []
+    by_kind: dict[str, list] = {}
+    for s in tl.spans:
+        if lanes is not None and s.lane not in lanes:
+            continue
+        by_kind.setdefault(_kind(s.name), []).append(s)
+    for kind, spans in by_kind.items():
+        colour = colours.setdefault(kind, _PALETTE[len(colours) % len(_PALETTE)])
+        traces.append(go.Bar(
+            y=[s.lane for s in spans], x=[s.duration_s * 1e3 for s in spans],
+            base=[s.start_s * 1e3 for s in spans], orientation="h", name=kind,
+            marker_color=colour, legendgroup=kind, showlegend=kind not in shown,
+            text=[s.name for s in spans], hovertemplate="%{text}<br>%{base:.3f} ms + %{x:.3f} ms"
+            "<extra>%{y}</extra>"))
+        shown.add(kind)
+    return traces
+
+
+def gantt(timeline: Timeline | Iterable[Mapping], title: str = "Timeline",
+          lanes: Sequence[str] | None = None) -> go.Figure:
+    """One horizontal bar per span, one row per lane (stream, thread), time in milliseconds."""
+    tl = _as_timeline(timeline)
+    fig = go.Figure(_gantt_traces(tl, {}, set(), lanes))
+    order = list(lanes) if lanes is not None else tl.lanes
+    fig.update_layout(title=title, barmode="overlay", xaxis_title="time (ms)",
+                      height=140 + 45 * len(order), legend_title="work")
+    fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(order)))
+    return fig
+
+
+def gantt_pair(timelines: Mapping[str, Timeline | Iterable[Mapping]], title: str = "",
+               lanes: Sequence[str] | None = None, shared_x: bool = True) -> go.Figure:
+    """Several timelines stacked on one time axis (e.g. sync above async), with their idle share."""
+    names = list(timelines)
+    tls = {n: _as_timeline(t) for n, t in timelines.items()}
+    fig = make_subplots(rows=len(names), cols=1, shared_xaxes=shared_x, subplot_titles=names,
+                        vertical_spacing=0.12)
+    colours: dict[str, str] = {}
+    shown: set[str] = set()
+    for i, n in enumerate(names, start=1):
+        for tr in _gantt_traces(tls[n], colours, shown, lanes):
+            fig.add_trace(tr, row=i, col=1)
+        order = list(lanes) if lanes is not None else tls[n].lanes
+        fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(order)), row=i, col=1)
+    fig.update_layout(title=title, barmode="overlay", height=120 + 150 * len(names),
+                      legend_title="work")
+    fig.update_xaxes(title_text="time (ms)", row=len(names), col=1)
+    return fig
+
+
+def idle_and_throughput(rows: Sequence[Mapping], x: str = "batch", group: str | None = None,
+                        title: str = "Sync against async") -> go.Figure:
+    """Two panels against `x`: GPU (device) idle fraction and throughput, one line per mode.
+
+    `rows`: dicts with keys `mode` ("sync"/"async"), `x`, `idle` (0..1), `tokens_per_s`, and
+    optionally `group` (e.g. the model size) which splits the lines further.
+    """
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("GPU idle fraction", "throughput"))
+    dash = {"sync": "dot", "async": "solid"}
+    keys: dict[tuple, list[Mapping]] = {}
+    for r in rows:
+        keys.setdefault((r["mode"], r.get(group) if group else None), []).append(r)
+    groups = sorted({k[1] for k in keys}, key=str)
+    for (mode, g), rs in keys.items():
+        rs = sorted(rs, key=lambda r: r[x])
+        label = f"{mode}" + (f", {group}={g}" if group else "")
+        colour = _PALETTE[groups.index(g) % len(_PALETTE)]
+        style = dict(color=colour, dash=dash.get(mode, "solid"))
+        fig.add_trace(go.Scatter(x=[r[x] for r in rs], y=[r["idle"] for r in rs], name=label,
+                                 mode="lines+markers", line=style, legendgroup=label), 1, 1)
+        fig.add_trace(go.Scatter(x=[r[x] for r in rs], y=[r["tokens_per_s"] for r in rs],
+                                 name=label, mode="lines+markers", line=style, legendgroup=label,
+                                 showlegend=False), 1, 2)
+    fig.update_yaxes(title_text="idle share of wall time", tickformat=".0%", row=1, col=1)
+    fig.update_yaxes(title_text="tokens / s", row=1, col=2)
+    fig.update_xaxes(title_text=x, type="log", row=1, col=1)
+    fig.update_xaxes(title_text=x, type="log", row=1, col=2)
+    fig.update_layout(title=title, height=420)
+    return fig
+
+
+def bars(rows: Sequence[Mapping], x: str, y: str, title: str = "", y_title: str = "",
+         colour: str | None = None) -> go.Figure:
+    """A plain bar chart of `y` per `x` (the capstone's table as a figure)."""
+    fig = go.Figure(go.Bar(x=[str(r[x]) for r in rows], y=[r[y] for r in rows],
+                           marker_color=colour or _PALETTE[0],
+                           text=[f"{r[y]:.3g}" for r in rows], textposition="outside"))
+    fig.update_layout(title=title, yaxis_title=y_title or y, height=400)
+    return fig

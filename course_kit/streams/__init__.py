@@ -1,0 +1,14 @@
+"""CUDA streams, events and overlap: demonstrations on a GPU, and their CPU stand-in.
+
+- `timeline`: spans on lanes, idle fraction, the bound on the speed-up from overlap;
+- `recorder`: host clocks and CUDA events on one timeline;
+- `gpu`: measured demonstrations of streams, events, races and copy/compute overlap (needs CUDA);
+- `host`: the sync and async decode loops with a worker thread standing in for the GPU.
+"""
+from .timeline import Span, Timeline, idle_fraction, speedup_bound_from_idle
+from .recorder import EventRecorder
+from .host import HostDevice, ToyDecoder, compare, decode_loop, prepare_inputs
+from . import gpu
+
+__all__ = ["Span", "Timeline", "idle_fraction", "speedup_bound_from_idle", "EventRecorder",
+           "HostDevice", "ToyDecoder", "compare", "decode_loop", "prepare_inputs", "gpu"]
