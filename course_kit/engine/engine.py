@@ -1,0 +1,193 @@
+"""The engine front: add requests, step, collect outputs with their timings.
+
+One step is four stages, kept apart so that notebook 07 can overlap them (the CPU preparing step
+N+1 while the GPU runs step N):
+
+    schedule()  ->  prepare()  ->  execute()  ->  postprocess()
+    scheduler       runner         runner         scheduler (+ metrics)
+
+`Engine.generate(prompts, sampling)` runs a whole workload, optionally replaying arrival times
+(a trace), and returns one `RequestOutput` per prompt with arrival, first-token and finish times.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..models import llama
+from .block_manager import BlockManager
+from .metrics import RequestOutput, StepRecord, summarize
+from .model_runner import ModelRunner, StepInputs
+from .scheduler import Scheduler, SchedulerOutput
+from .sequence import SamplingParams, Sequence, Status
+
+
+@dataclass
+class EngineConfig:
+    policy: str = "continuous"           # "static" | "dynamic" | "continuous"
+    block_size: int = 16
+    num_blocks: int | None = None        # default: room for max_num_seqs full-length requests
+    max_num_seqs: int = 16               # batch slots
+    max_num_batched_tokens: int = 512    # continuous: new tokens per step (chunked prefill)
+    max_wait_s: float = 0.05             # dynamic: longest a request waits for its batch to fill
+    max_model_len: int | None = None     # default: the model's max positions
+    prefix_caching: bool = False
+    cuda_graphs: bool | None = None      # default: on when the model is on CUDA
+    check_invariants: bool = False       # check the block manager after every step (tests)
+
+
+class Engine:
+    def __init__(self, model: llama.Transformer, config: EngineConfig | None = None, **overrides) -> None:
+        cfg = config or EngineConfig()
+        for k, v in overrides.items():
+            if not hasattr(cfg, k):
+                raise ValueError(f"unknown engine option {k!r}; choices: {sorted(vars(EngineConfig()))}")
+            setattr(cfg, k, v)
+        self.config = cfg
+        self.model = model
+        max_len = min(cfg.max_model_len or model.config.max_seq_len, model.config.max_seq_len)
+        self.max_model_len = max_len
+        blocks_per_seq = -(-max_len // cfg.block_size)
+        num_blocks = cfg.num_blocks or cfg.max_num_seqs * blocks_per_seq
+        self.blocks = BlockManager(num_blocks, cfg.block_size, cfg.prefix_caching)
+        self.scheduler = Scheduler(self.blocks, cfg.policy, cfg.max_num_seqs, cfg.max_num_batched_tokens,
+                                   cfg.max_wait_s, max_len)
+        self.runner = ModelRunner(model, num_blocks, cfg.block_size, blocks_per_seq, cfg.max_num_seqs,
+                                  cfg.cuda_graphs)
+        self.steps: list[StepRecord] = []
+        self.sequences: dict[str, Sequence] = {}
+        self._ids = itertools.count()
+        self._t0 = time.perf_counter()
+        self.eos_token_id: int | None = None
+        self.last_step_ran = False
+
+    # ---- clock and requests -------------------------------------------------------------
+    def now(self) -> float:
+        """Seconds since the engine's clock was reset."""
+        return time.perf_counter() - self._t0
+
+    def reset_clock(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def add_request(self, prompt: list[int], params: SamplingParams | None = None,
+                    request_id: str | None = None, arrival: float | None = None) -> Sequence:
+        params = params or SamplingParams()
+        vocab = self.model.config.vocab_size
+        bad = [t for t in prompt if not 0 <= int(t) < vocab]
+        if bad:
+            raise ValueError(f"token ids {bad[:5]} are outside [0, {vocab}) (the vocabulary)")
+        rid = request_id if request_id is not None else f"r{next(self._ids)}"
+        if rid in self.sequences and not self.sequences[rid].finished:
+            raise ValueError(f"request id {rid!r} is already running")
+        seq = Sequence(rid, [int(t) for t in prompt], params,
+                       arrival=self.now() if arrival is None else arrival, eos_token_id=self.eos_token_id)
+        self.scheduler.add(seq)
+        self.sequences[rid] = seq
+        return seq
+
+    def abort(self, request_id: str) -> bool:
+        """Stop a request now and free its blocks (a client went away)."""
+        return self.scheduler.abort(request_id, self.now()) is not None
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # ---- one step, in four stages -------------------------------------------------------
+    def schedule(self, more_coming: bool = False) -> SchedulerOutput:
+        return self.scheduler.schedule(self.now(), more_coming)
+
+    def prepare(self, sched: SchedulerOutput) -> StepInputs:
+        return self.runner.prepare(sched, self.blocks.tables)
+
+    def execute(self, inputs: StepInputs) -> list[int | None]:
+        return self.runner.sample(self.runner.run(inputs), inputs)
+
+    def postprocess(self, sched: SchedulerOutput, inputs: StepInputs, tokens: list[int | None],
+                    start: float) -> list[tuple[Sequence, int]]:
+        now = self.now()
+        rows = [(s.seq.slot, s.seq.request_id, "prefill" if s.num_tokens > 1 or not s.sample else "decode")
+                for s in inputs.order]
+        produced = self.scheduler.postprocess(sched, tokens, now)
+        real = sum(s.num_tokens for s in sched.scheduled)
+        self.steps.append(StepRecord(start, now, rows, real, sched.padding_tokens,
+                                     self.blocks.num_used_blocks, len(self.scheduler.waiting),
+                                     len(sched.preempted)))
+        if self.config.check_invariants:
+            self.blocks.check_invariants()
+        return produced
+
+    def step(self, more_coming: bool = False) -> list[tuple[Sequence, int]]:
+        """Run one model step; return the (sequence, new token) pairs it produced."""
+        start = self.now()
+        sched = self.schedule(more_coming)
+        self.last_step_ran = not sched.empty or bool(sched.preempted)
+        if sched.empty:
+            return []
+        inputs = self.prepare(sched)
+        tokens = self.execute(inputs)
+        return self.postprocess(sched, inputs, tokens, start)
+
+    # ---- whole workloads ----------------------------------------------------------------
+    def warmup(self) -> None:
+        """Capture CUDA graphs (if on) and compile kernels before anything is timed."""
+        self.runner.capture()
+        if self.runner.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams | list[SamplingParams] | None = None,
+                 arrivals: list[float] | None = None, progress: bool = False) -> list[RequestOutput]:
+        """Run all prompts to completion. `arrivals` (s from now) replays a trace in real time:
+        a request is visible to the scheduler only once its arrival time has passed."""
+        params = sampling if isinstance(sampling, list) else [sampling or SamplingParams()] * len(prompts)
+        if len(params) != len(prompts):
+            raise ValueError(f"{len(params)} sampling params for {len(prompts)} prompts")
+        if arrivals is not None and len(arrivals) != len(prompts):
+            raise ValueError(f"{len(arrivals)} arrival times for {len(prompts)} prompts")
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        self.warmup()
+        self.steps = []
+        self.reset_clock()
+        order = sorted(range(len(prompts)), key=lambda i: arrivals[i] if arrivals else 0.0)
+        seqs: dict[int, Sequence] = {}
+        nxt = 0
+        bar = None
+        if progress:
+            from ..bench import progress as _progress
+            bar = _progress(total=sum(p.max_new_tokens for p in params), desc=f"{self.config.policy}")
+        while nxt < len(order) or self.has_unfinished():
+            now = self.now()
+            while nxt < len(order) and (arrivals is None or arrivals[order[nxt]] <= now):
+                i = order[nxt]
+                seqs[i] = self.add_request(prompts[i], params[i],
+                                           arrival=0.0 if arrivals is None else arrivals[i])
+                nxt += 1
+            more = nxt < len(order)
+            produced = self.step(more_coming=more)
+            if bar is not None and produced:
+                bar.update(len(produced))
+            if not self.last_step_ran:
+                if not more:
+                    raise RuntimeError("the engine made no progress with no arrivals left (a bug)")
+                # idle: sleep until the next arrival, or re-check a dynamic batch's timeout soon
+                wait = arrivals[order[nxt]] - self.now()
+                if self.config.policy == "dynamic":
+                    wait = min(wait, self.config.max_wait_s / 4)
+                time.sleep(max(wait, 0.0))
+        if bar is not None:
+            bar.close()
+        return [self.output(seqs[i]) for i in range(len(prompts))]
+
+    @staticmethod
+    def output(seq: Sequence) -> RequestOutput:
+        return RequestOutput(seq.request_id, seq.prompt, list(seq.output), seq.arrival, seq.first_token_time,
+                             seq.finish_time, seq.finish_reason, list(seq.token_times), seq.num_preemptions)
+
+    def summary(self, outputs: list[RequestOutput]) -> dict:
+        return summarize(outputs, self.steps, self.config.max_num_seqs)
+
+
+__all__ = ["Engine", "EngineConfig", "SamplingParams", "Status"]

@@ -1,0 +1,122 @@
+"""What a serving run measured: per-request timings and per-step batch composition, summarised.
+
+- TTFT (time to first token): first token time - arrival.
+- TPOT (time per output token): (finish - first token) / (output tokens - 1), per request.
+- latency: finish - arrival.
+- throughput: output tokens / (last finish - first arrival).
+- padding waste: the share of computed tokens that were padding.
+- slot occupancy: the share of batch slots holding a live request, averaged over step time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class StepRecord:
+    start: float
+    end: float
+    rows: list[tuple[int, str, str]]       # (slot, request id, "prefill" | "decode") per live row
+    num_tokens: int                        # real new tokens fed to the model (padding excluded)
+    padding_tokens: int
+    used_blocks: int
+    num_waiting: int
+    num_preempted: int = 0
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt: list[int]
+    tokens: list[int]
+    arrival: float
+    first_token: float | None
+    finish: float | None
+    finish_reason: str | None
+    token_times: list[float] = field(default_factory=list)
+    num_preemptions: int = 0
+
+    @property
+    def ttft(self) -> float:
+        return float("nan") if self.first_token is None else self.first_token - self.arrival
+
+    @property
+    def latency(self) -> float:
+        return float("nan") if self.finish is None else self.finish - self.arrival
+
+    @property
+    def tpot(self) -> float:
+        if self.finish is None or self.first_token is None or len(self.tokens) < 2:
+            return float("nan")
+        return (self.finish - self.first_token) / (len(self.tokens) - 1)
+
+
+def _pct(values: list[float], q: float) -> float:
+    vals = [v for v in values if v == v]
+    return float(np.percentile(vals, q)) if vals else float("nan")
+
+
+def summarize(outputs: list[RequestOutput], steps: list[StepRecord], max_num_seqs: int) -> dict:
+    """The headline numbers of one run, as a JSON-able dict (times in seconds)."""
+    done = [o for o in outputs if o.finish is not None]
+    out_tokens = sum(len(o.tokens) for o in outputs)
+    prompt_tokens = sum(len(o.prompt) for o in outputs)
+    if done:
+        duration = max(o.finish for o in done) - min(o.arrival for o in outputs)
+    else:
+        duration = float("nan")
+    ttft = [o.ttft for o in outputs]
+    tpot = [o.tpot for o in outputs]
+    lat = [o.latency for o in outputs]
+    computed = sum(s.num_tokens for s in steps)
+    padding = sum(s.padding_tokens for s in steps)
+    step_time = sum(s.end - s.start for s in steps)
+    occupancy = (sum(len(s.rows) * (s.end - s.start) for s in steps) / (max_num_seqs * step_time)
+                 if step_time > 0 else float("nan"))
+    return {
+        "requests": len(outputs),
+        "output_tokens": out_tokens,
+        "prompt_tokens": prompt_tokens,
+        "duration_s": duration,
+        "throughput_tok_s": out_tokens / duration if duration and duration > 0 else float("nan"),
+        "total_tok_s": (out_tokens + prompt_tokens) / duration if duration and duration > 0 else float("nan"),
+        "ttft_mean_s": float(np.nanmean(ttft)) if ttft else float("nan"),
+        "ttft_p50_s": _pct(ttft, 50), "ttft_p99_s": _pct(ttft, 99),
+        "tpot_mean_s": float(np.nanmean(tpot)) if any(t == t for t in tpot) else float("nan"),
+        "tpot_p50_s": _pct(tpot, 50), "tpot_p99_s": _pct(tpot, 99),
+        "latency_p50_s": _pct(lat, 50), "latency_p99_s": _pct(lat, 99),
+        "padding_waste": padding / (computed + padding) if computed + padding else 0.0,
+        "slot_occupancy": occupancy,
+        "steps": len(steps),
+        "preemptions": sum(o.num_preemptions for o in outputs),
+    }
+
+
+def slot_intervals(steps: list[StepRecord]) -> list[dict]:
+    """Merge per-step rows into intervals (request, slot, phase, start, end) for a Gantt chart."""
+    open_: dict[tuple[str, int], dict] = {}
+    done: list[dict] = []
+    for st in steps:
+        seen = set()
+        for slot, rid, phase in st.rows:
+            key = (rid, slot)
+            seen.add(key)
+            cur = open_.get(key)
+            if cur is not None and cur["phase"] == phase:
+                cur["end"] = st.end
+                continue
+            if cur is not None:
+                done.append(cur)
+            open_[key] = {"request": rid, "slot": slot, "phase": phase, "start": st.start, "end": st.end}
+        for key in [k for k in open_ if k not in seen]:
+            done.append(open_.pop(key))
+    done.extend(open_.values())
+    return sorted(done, key=lambda d: (d["start"], d["slot"]))
+
+
+def block_usage(steps: list[StepRecord], num_blocks: int) -> dict:
+    """KV-block usage over time: times (step ends) and the fraction of blocks in use."""
+    return {"t": [s.end for s in steps], "used": [s.used_blocks / num_blocks for s in steps],
+            "waiting": [s.num_waiting for s in steps]}

@@ -1,0 +1,157 @@
+"""Attention over the paged KV cache, as the engine runs it.
+
+The engine orders each step's rows as decodes first (one new token each), then prefill chunks.
+It attaches host-side facts about that split to the batch (`EngineBatch.num_decode`,
+`EngineBatch.prefills`), so no device->host sync is needed to read them back:
+
+- decode rows: one query per sequence against its blocks. On a GPU a Triton kernel walks the block
+  table directly (flash-decoding style online softmax, one program per sequence and KV head); on a
+  CPU the blocks are gathered into a padded tensor and attended with PyTorch ops. Both are
+  static-shape and sync-free, so a decode step can be captured in a CUDA graph.
+- prefill rows: per sequence, its blocks are gathered and SDPA runs with a causal mask offset by
+  the tokens already in the cache (chunked prefill, prefix hits). A prefill with nothing cached
+  yet is plain causal attention (`is_causal=True`, so SDPA may pick its flash backend).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from ..models.kv_cache import PagedBatch, decode_attention, register_attention
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - triton is optional on CPU
+    triton = None
+
+
+@dataclass
+class EngineBatch(PagedBatch):
+    num_decode: int = 0                                           # rows [0, num_decode) decode
+    prefills: list[tuple[int, int, int, int]] = field(default_factory=list)  # (row, lo, hi, ctx)
+
+
+def _gather_decode(q, k_cache, v_cache, tables, positions, scale):
+    """PyTorch decode: gather each sequence's blocks into [B, n_kv, S, D], mask by position."""
+    t = tables.clamp(min=0).long()
+    k = k_cache[t].flatten(1, 2).transpose(1, 2)
+    v = v_cache[t].flatten(1, 2).transpose(1, 2)
+    return decode_attention(q, k, v, positions, scale)
+
+
+if triton is not None:
+    @triton.jit
+    def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, ctx_ptr, out_ptr, scale,
+                             stride_qn, stride_qh, stride_kb, stride_kt, stride_kh, stride_tb,
+                             stride_on, stride_oh,
+                             G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
+                             BS: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
+        seq = tl.program_id(0)
+        kvh = tl.program_id(1)
+        g = tl.arange(0, GP)
+        d = tl.arange(0, DP)
+        gmask = g < G
+        dmask = d < D
+        heads = kvh * G + g
+        q = tl.load(q_ptr + seq * stride_qn + heads[:, None] * stride_qh + d[None, :],
+                    mask=gmask[:, None] & dmask[None, :], other=0.0)
+        ctx = tl.load(ctx_ptr + seq)
+        m = tl.full([GP], float("-inf"), tl.float32)
+        l = tl.zeros([GP], tl.float32)
+        acc = tl.zeros([GP, DP], tl.float32)
+        for start in range(0, ctx, BLOCK_N):
+            t = start + tl.arange(0, BLOCK_N)
+            tmask = t < ctx
+            block = tl.load(table_ptr + seq * stride_tb + t // BS, mask=tmask, other=0).to(tl.int64)
+            base = block * stride_kb + (t % BS) * stride_kt + kvh * stride_kh
+            kv_mask = tmask[:, None] & dmask[None, :]
+            k = tl.load(k_ptr + base[:, None] + d[None, :], mask=kv_mask, other=0.0)
+            s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale      # [GP, BLOCK_N] fp32
+            s = tl.where(tmask[None, :], s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            alpha = tl.exp(m - m_new)
+            p = tl.exp(s - m_new[:, None])
+            v = tl.load(v_ptr + base[:, None] + d[None, :], mask=kv_mask, other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+            l = l * alpha + tl.sum(p, 1)
+            m = m_new
+        out = acc / l[:, None]
+        tl.store(out_ptr + seq * stride_on + heads[:, None] * stride_oh + d[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=gmask[:, None] & dmask[None, :])
+
+
+def paged_decode_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                        block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
+                        block_n: int = 64) -> torch.Tensor:
+    """Decode attention straight from the block table: q [B, H, D] -> [B, H, D]."""
+    if triton is None:
+        raise RuntimeError("paged_decode_triton needs triton; install it or use the PyTorch path")
+    B, H, D = q.shape
+    _, bs, n_kv, _ = k_cache.shape
+    if k_cache.stride(-1) != 1 or q.stride(-1) != 1:
+        raise ValueError("q and the cache must be contiguous in head_dim")
+    G = H // n_kv
+    out = torch.empty_like(q)
+    block_n = max(block_n, 16)
+    _paged_decode_kernel[(B, n_kv)](
+        q, k_cache, v_cache, block_tables, context_lens, out, scale,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        block_tables.stride(0), out.stride(0), out.stride(1),
+        G=G, GP=max(16, triton.next_power_of_2(G)), D=D, DP=max(16, triton.next_power_of_2(D)),
+        BS=bs, BLOCK_N=block_n,
+        # fp32 caches (tests) get exact fp32 products; half types use the tensor cores
+        PREC="ieee" if q.dtype == torch.float32 else "tf32")
+    return out
+
+
+def _prefill_one(q, k_cache, v_cache, table, positions, ctx, scale):
+    """One sequence's chunk of n new tokens (the last n of its ctx tokens)."""
+    n = q.shape[0]
+    bs = k_cache.shape[1]
+    blocks = table[: -(-ctx // bs)].long()
+    k = k_cache[blocks].flatten(0, 1)[:ctx].transpose(0, 1)[None]     # [1, n_kv, ctx, D]
+    v = v_cache[blocks].flatten(0, 1)[:ctx].transpose(0, 1)[None]
+    qh = q.transpose(0, 1)[None]                                          # [1, H, n, D]
+    if k.shape[1] != qh.shape[1]:
+        rep = qh.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    if n == ctx:
+        o = F.scaled_dot_product_attention(qh, k, v, is_causal=True, scale=scale)
+    else:
+        key_pos = torch.arange(ctx, device=q.device)
+        mask = key_pos[None, :] <= (ctx - n + torch.arange(n, device=q.device))[:, None]
+        o = F.scaled_dot_product_attention(qh, k, v, attn_mask=mask[None, None], scale=scale)
+    return o[0].transpose(0, 1)
+
+
+def engine_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     batch: PagedBatch, scale: float) -> torch.Tensor:
+    """The engine's paged attention (signature of `kv_cache.PAGED_ATTENTION` entries)."""
+    if not isinstance(batch, EngineBatch):
+        from ..models.kv_cache import paged_attention_reference
+        return paged_attention_reference(q, k_cache, v_cache, batch, scale)
+    nd = batch.num_decode
+    if nd == q.shape[0] and not batch.prefills:
+        return _decode(q, k_cache, v_cache, batch, scale)
+    out = torch.empty_like(q)
+    if nd:
+        out[:nd] = _decode(q[:nd], k_cache, v_cache, batch, scale, nd)
+    for row, lo, hi, ctx in batch.prefills:
+        out[lo:hi] = _prefill_one(q[lo:hi], k_cache, v_cache, batch.block_tables[row],
+                                  batch.positions[lo:hi], ctx, scale)
+    return out
+
+
+def _decode(q, k_cache, v_cache, batch, scale, nd=None):
+    tables = batch.block_tables if nd is None else batch.block_tables[:nd]
+    if q.is_cuda and triton is not None:
+        ctx = batch.context_lens if nd is None else batch.context_lens[:nd]
+        return paged_decode_triton(q.contiguous(), k_cache, v_cache, tables, ctx, scale)
+    positions = batch.positions if nd is None else batch.positions[:nd]
+    return _gather_decode(q, k_cache, v_cache, tables, positions, scale)
+
+
+register_attention("paged", "engine", engine_attention)

@@ -1,0 +1,260 @@
+"""Which requests run in the next model step: static, dynamic and continuous batching.
+
+Every policy answers one question per step: which sequences run, and how many new tokens each
+feeds the model. A sequence with one uncomputed token is decoding; more than one is prefilling
+(its prompt, or prompt + output again after a preemption).
+
+- static: a batch of `max_num_seqs` requests is formed once enough have arrived, padded to the
+  longest, and it runs until its last member finishes. Finished members ride along as padding
+  rows, the way a padded `generate` keeps computing them.
+- dynamic: the same, but a batch leaves as soon as it is full or its oldest request has waited
+  `max_wait_s`.
+- continuous: requests are admitted and retired at every step. Decodes go first, then chunks of
+  prefills, all under a budget of `max_num_batched_tokens` new tokens per step. A request is
+  admitted only if blocks for all its tokens are free; when a running request needs a block and
+  none is free, the newest request is preempted (its blocks freed, recomputed later).
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from .block_manager import BlockManager
+from .sequence import Sequence, Status
+
+POLICIES = ("static", "dynamic", "continuous")
+
+
+def admit(waiting: list[int], free_blocks: int, block_size: int, free_slots: int,
+          token_budget: int) -> list[int]:
+    """The continuous admission rule, first come first served.
+
+    `waiting` holds the token counts of the waiting requests, oldest first. A request is admitted
+    if a batch slot is free, some token budget is left, and blocks for *all* its tokens are free
+    (so a half-prefilled request never stalls for memory). Its prefill is chunked to the budget
+    left. The first request that does not fit stops admission: skipping it would let a stream of
+    short requests starve a long one. Returns the prefill chunk of each admitted request, in order.
+    """
+    chunks: list[int] = []
+    for n in waiting:
+        blocks = -(-n // block_size)
+        if free_slots == 0 or token_budget == 0 or blocks > free_blocks:
+            break
+        chunk = min(n, token_budget)
+        chunks.append(chunk)
+        free_slots -= 1
+        free_blocks -= blocks
+        token_budget -= chunk
+    return chunks
+
+
+@dataclass
+class Scheduled:
+    seq: Sequence
+    num_tokens: int           # new tokens fed this step
+    sample: bool              # this chunk reaches the end of the sequence: sample a token
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[Scheduled] = field(default_factory=list)
+    num_padding_rows: int = 0          # rows computed for nothing (finished members of a batch)
+    padding_tokens: int = 0            # tokens a padded batch spends on padding
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_tokens for s in self.scheduled) + self.num_padding_rows
+
+    @property
+    def is_decode_only(self) -> bool:
+        return all(s.num_tokens == 1 for s in self.scheduled)
+
+    @property
+    def empty(self) -> bool:
+        return not self.scheduled
+
+
+class Scheduler:
+    """Holds the waiting queue and the running set; `schedule()` then `postprocess()` each step."""
+
+    def __init__(self, blocks: BlockManager, policy: str = "continuous", max_num_seqs: int = 32,
+                 max_num_batched_tokens: int = 512, max_wait_s: float = 0.05,
+                 max_model_len: int | None = None) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"policy={policy!r}; choose one of {POLICIES}")
+        if max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs={max_num_seqs} must be >= 1")
+        if policy == "continuous" and max_num_batched_tokens < max_num_seqs:
+            raise ValueError(f"max_num_batched_tokens={max_num_batched_tokens} must be >= "
+                             f"max_num_seqs={max_num_seqs}, so every running decode fits a step")
+        self.blocks = blocks
+        self.policy = policy
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_wait_s = max_wait_s
+        self.max_model_len = max_model_len
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []          # in admission order
+        self.batch: list[Sequence] = []            # static/dynamic: the members of the batch
+        self._free_slots = list(range(max_num_seqs))
+        self.num_preemptions = 0
+
+    # ---- queue --------------------------------------------------------------------------
+    def add(self, seq: Sequence) -> None:
+        limit = self.blocks.num_blocks * self.blocks.block_size
+        if self.max_model_len is not None:
+            limit = min(limit, self.max_model_len)
+        if seq.max_total_tokens > limit:
+            raise ValueError(f"request {seq.request_id!r}: prompt {len(seq.prompt)} + max_new_tokens "
+                             f"{seq.params.max_new_tokens} = {seq.max_total_tokens} tokens, more than "
+                             f"the {limit} the engine can hold")
+        self.waiting.append(seq)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def abort(self, request_id: str, now: float) -> Sequence | None:
+        for seq in list(self.waiting) + self.running:
+            if seq.request_id == request_id:
+                if seq.status is Status.WAITING:
+                    self.waiting.remove(seq)
+                seq.finish_reason = "abort"
+                self._finish(seq, now)
+                return seq
+        return None
+
+    def _start(self, seq: Sequence) -> None:
+        seq.status = Status.RUNNING
+        seq.slot = self._free_slots.pop(0)
+        self.running.append(seq)
+
+    def _finish(self, seq: Sequence, now: float) -> None:
+        if seq.status is Status.RUNNING:
+            self.running.remove(seq)
+            self._free_slots.append(seq.slot)
+            self._free_slots.sort()
+        self.blocks.free(seq)
+        seq.status = Status.FINISHED
+        seq.finish_time = now
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Recompute-style preemption: drop the K/V, requeue at the front."""
+        self.running.remove(seq)
+        self._free_slots.append(seq.slot)
+        self._free_slots.sort()
+        self.blocks.free(seq)
+        seq.status, seq.slot, seq.num_computed = Status.WAITING, -1, 0
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    # ---- scheduling ---------------------------------------------------------------------
+    def schedule(self, now: float, more_coming: bool = False) -> SchedulerOutput:
+        """Pick this step's work. `more_coming`: requests will still arrive later (trace replay)."""
+        if self.policy == "continuous":
+            return self._schedule_continuous()
+        return self._schedule_batch(now, more_coming)
+
+    def _schedule_batch(self, now: float, more_coming: bool) -> SchedulerOutput:
+        out = SchedulerOutput()
+        if any(s.status is Status.RUNNING for s in self.batch):
+            for seq in self.batch:
+                if seq.status is Status.RUNNING:
+                    out.scheduled.append(Scheduled(seq, 1, True))
+                else:
+                    out.num_padding_rows += 1
+            out.padding_tokens = out.num_padding_rows
+            return out
+        self.batch = []
+        if not self.waiting:
+            return out
+        full = len(self.waiting) >= self.max_num_seqs
+        if self.policy == "static":
+            ready = full or not more_coming
+        else:
+            ready = full or not more_coming or now - self.waiting[0].arrival >= self.max_wait_s
+        if not ready:
+            return out
+        # reserve blocks for each member's longest possible length, as a static cache would
+        while self.waiting and len(self.batch) < self.max_num_seqs:
+            seq = self.waiting[0]
+            if not self.blocks.can_allocate(seq, seq.max_total_tokens):
+                break
+            self.waiting.popleft()
+            seq.num_computed = self.blocks.allocate(seq, seq.max_total_tokens)
+            self._start(seq)
+            self.batch.append(seq)
+        if not self.batch:
+            return out
+        longest = max(s.num_uncomputed for s in self.batch)
+        for seq in self.batch:
+            out.scheduled.append(Scheduled(seq, seq.num_uncomputed, True))
+            out.padding_tokens += longest - seq.num_uncomputed
+        return out
+
+    def _schedule_continuous(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.max_num_batched_tokens
+        decodes = [s for s in self.running if not s.in_prefill]
+        prefills = [s for s in self.running if s.in_prefill]
+        for seq in decodes + prefills:
+            if seq.status is not Status.RUNNING or budget == 0:
+                continue
+            n = min(seq.num_uncomputed, budget)
+            # make room for the new tokens, preempting the newest requests if blocks ran out
+            while self.blocks.blocks_needed(seq, seq.num_computed + n) > self.blocks.num_free_blocks:
+                victim = self.running[-1]
+                self._preempt(victim)
+                out.preempted.append(victim)
+                if victim is seq:
+                    break
+            if seq.status is not Status.RUNNING:
+                continue
+            self.blocks.grow(seq, seq.num_computed + n)
+            out.scheduled.append(Scheduled(seq, n, n == seq.num_uncomputed))
+            budget -= n
+        out.scheduled = [s for s in out.scheduled if s.seq.status is Status.RUNNING]
+        if out.preempted:
+            return out            # memory is short: admit nobody this step
+        if not self.blocks.prefix_caching:
+            # exactly the rule of `admit`, applied to the waiting queue
+            chunks = admit([s.num_tokens for s in self.waiting], self.blocks.num_free_blocks,
+                           self.blocks.block_size, len(self._free_slots), budget)
+            for chunk in chunks:
+                seq = self.waiting.popleft()
+                seq.num_computed = self.blocks.allocate(seq, seq.num_tokens)
+                self._start(seq)
+                out.scheduled.append(Scheduled(seq, chunk, chunk == seq.num_uncomputed))
+            return out
+        # with prefix caching a request needs fewer blocks and computes fewer tokens
+        while self.waiting and self._free_slots and budget > 0:
+            seq = self.waiting[0]
+            if not self.blocks.can_allocate(seq, seq.num_tokens):
+                break
+            self.waiting.popleft()
+            seq.num_computed = self.blocks.allocate(seq, seq.num_tokens)
+            self._start(seq)
+            n = min(seq.num_uncomputed, budget)
+            out.scheduled.append(Scheduled(seq, n, n == seq.num_uncomputed))
+            budget -= n
+        return out
+
+    # ---- after the model ran ------------------------------------------------------------
+    def postprocess(self, out: SchedulerOutput, tokens: list[int | None], now: float
+                    ) -> list[tuple[Sequence, int]]:
+        """Advance each scheduled sequence; append sampled tokens; retire finished requests.
+        Returns the (sequence, token) pairs produced this step."""
+        produced = []
+        for item, token in zip(out.scheduled, tokens):
+            seq = item.seq
+            if seq.status is not Status.RUNNING:     # aborted while the step ran
+                continue
+            seq.num_computed += item.num_tokens
+            self.blocks.commit(seq)
+            if item.sample:
+                assert token is not None
+                produced.append((seq, int(token)))
+                if seq.append(int(token), now):
+                    self._finish(seq, now)
+        return produced
