@@ -1,0 +1,69 @@
+"""The five precision modes of notebook 02, and the context each step runs in."""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str
+    autocast_dtype: torch.dtype | None  # None: no autocast, everything in fp32
+    tf32: bool                          # let fp32 matmuls use TF32 tensor cores (Ampere and later)
+    scaler: bool                        # dynamic loss scaling (GradScaler / DynamicLossScaler)
+    about: str
+
+    @contextlib.contextmanager
+    def context(self, device_type: str) -> Iterator[None]:
+        """Run the forward pass in this precision; restores the matmul precision on exit."""
+        before = torch.get_float32_matmul_precision()
+        cudnn_before = torch.backends.cudnn.allow_tf32
+        # "highest" keeps fp32 matmuls in true fp32; "high" allows TF32 (10-bit mantissa) on GPUs.
+        torch.set_float32_matmul_precision("high" if self.tf32 else "highest")
+        torch.backends.cudnn.allow_tf32 = self.tf32
+        try:
+            if self.autocast_dtype is None:
+                yield
+            else:
+                with torch.autocast(device_type=device_type, dtype=self.autocast_dtype):
+                    yield
+        finally:
+            torch.set_float32_matmul_precision(before)
+            torch.backends.cudnn.allow_tf32 = cudnn_before
+
+
+PRECISIONS: dict[str, Precision] = {
+    "fp32": Precision("fp32", None, False, False, "strict fp32, TF32 off"),
+    "tf32": Precision("tf32", None, True, False, "fp32 storage, matmuls in TF32 (no effect on a CPU)"),
+    "bf16": Precision("bf16", torch.bfloat16, False, False, "bf16 autocast, no loss scaling needed"),
+    "fp16_scaler": Precision("fp16_scaler", torch.float16, False, True, "fp16 autocast with dynamic loss scaling"),
+    "fp16_noscale": Precision("fp16_noscale", torch.float16, False, False,
+                              "fp16 autocast without scaling: small gradients underflow"),
+}
+
+
+def get(name: str) -> Precision:
+    """The precision mode called `name`; ValueError lists the valid names."""
+    if name not in PRECISIONS:
+        raise ValueError(f"unknown precision {name!r}; valid precisions: {list(PRECISIONS)}")
+    return PRECISIONS[name]
+
+
+def note(name: str, device: str | torch.device = "cpu") -> str | None:
+    """Why a mode may not show its usual effect on this device, or None."""
+    p, dev = get(name), torch.device(device)
+    if dev.type != "cuda":
+        if p.tf32:
+            return "TF32 is a GPU tensor-core format: on a CPU this mode is plain fp32."
+        if p.autocast_dtype is not None:
+            return "CPU autocast saves memory but most CPUs have no fast 16-bit matmul units."
+        return None
+    major, _ = torch.cuda.get_device_capability(dev)
+    if p.tf32 and major < 8:
+        return "TF32 needs Ampere (sm_80) or newer: here it is plain fp32."
+    if p.autocast_dtype is torch.bfloat16 and major < 8:
+        return "No bf16 tensor cores before sm_80: bf16 is emulated and slow here; use fp16 + scaler."
+    return None

@@ -1,0 +1,149 @@
+"""course_kit.amp: the hand-written loss scaler against torch.amp.GradScaler, precision modes,
+gradient statistics. CPU, seconds."""
+import math
+
+import pytest
+import torch
+
+from course_kit import amp
+from course_kit.models import tiny_gpt
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # Tiny models: one thread avoids OpenMP contention on a shared 2-core machine.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(init_scale=2.0**30, growth_interval=4),                                        # backoffs, then growth
+    dict(init_scale=2.0**28, growth_interval=3, growth_factor=3.0, backoff_factor=0.3),  # non powers of two
+])
+def test_scaler_matches_torch_gradscaler(kw):
+    """Same model, same batches, fp16 autocast on CPU: identical scale history, skipped steps,
+    losses and final parameters."""
+    steps = 24
+    model0 = tiny_gpt.TinyGPT.from_preset("smoke", seed=1)
+    data = tiny_gpt.batches(tiny_gpt.markov_tokens(64, 4096, seed=1), 4, 32, steps, seed=1)
+    runs = {}
+    for which in ("torch", "course"):
+        model = tiny_gpt.TinyGPT.from_preset("smoke", seed=1)
+        runs[which] = (amp.train("fp16_scaler", steps=steps, scaler=which, scaler_kwargs=kw,
+                                 model=model, data=data, track_grads=False), model)
+    (ref, m_ref), (ours, m_ours) = runs["torch"], runs["course"]
+    assert ours.scales == ref.scales
+    assert ours.skipped == ref.skipped
+    assert ours.losses == ref.losses
+    # Both behaviours were exercised: backoff (skipped steps) and growth (the scale rose).
+    assert 0 < sum(ref.skipped) < steps
+    assert any(b > a for a, b in zip(ref.scales, ref.scales[1:]))
+    for (name, p), q in zip(m_ref.named_parameters(), m_ours.parameters()):
+        assert torch.equal(p, q), name
+    # And the models did move away from the initial weights.
+    assert not torch.equal(next(m_ref.parameters()), next(model0.parameters()))
+
+
+def test_scaler_update_rule_unit():
+    """Scale arithmetic on hand-made gradients, against GradScaler's update on the same sequence."""
+    p = torch.nn.Parameter(torch.ones(3))
+    opt_a = torch.optim.SGD([p], lr=0.0)
+    ours = amp.DynamicLossScaler(init_scale=8.0, growth_interval=2)
+    ref = torch.amp.GradScaler("cpu", init_scale=8.0, growth_interval=2)
+    pattern = [False, False, True, False, False, False, True, True, False, False]
+    for bad in pattern:
+        for s in (ours, ref):
+            s.scale(torch.tensor(1.0))  # GradScaler creates its scale lazily here
+            p.grad = torch.tensor([1.0, float("inf") if bad else 2.0, 3.0])
+            s.step(opt_a)
+            s.update()
+        assert ours.get_scale() == ref.get_scale()
+    assert ours.skipped == pattern
+
+
+def test_scaler_never_grows_to_inf():
+    s = amp.DynamicLossScaler(init_scale=2.0**127, growth_interval=1)
+    p = torch.nn.Parameter(torch.ones(2))
+    p.grad = torch.ones(2)
+    s.unscale_([p])
+    s.update()
+    assert s.get_scale() == 2.0**127
+
+
+def test_unscale_multiplies_by_rounded_reciprocal():
+    s = amp.DynamicLossScaler(init_scale=3.0)
+    p = torch.nn.Parameter(torch.zeros(4))
+    p.grad = torch.tensor([3.0, 6.0, -9.0, 1e-3])
+    assert s.unscale_([p]) is False
+    inv = torch.tensor(3.0, dtype=torch.float64).reciprocal().float()
+    assert torch.equal(p.grad, torch.tensor([3.0, 6.0, -9.0, 1e-3]) * inv)
+
+
+@pytest.mark.parametrize("bad", [dict(init_scale=0), dict(growth_factor=1.0), dict(backoff_factor=1.5),
+                                 dict(growth_interval=0)])
+def test_scaler_bad_arguments(bad):
+    with pytest.raises(ValueError):
+        amp.DynamicLossScaler(**bad)
+
+
+def test_bad_precision_name_lists_valid_names():
+    with pytest.raises(ValueError) as e:
+        amp.get("fp8")
+    for name in amp.PRECISIONS:
+        assert name in str(e.value)
+    with pytest.raises(ValueError, match="fp32"):
+        amp.compare(["fp32", "half"], steps=1)
+    with pytest.raises(ValueError, match="course"):
+        amp.train("fp32", scaler="apex", steps=1)
+
+
+def test_precision_context_restores_matmul_precision():
+    before = torch.get_float32_matmul_precision()
+    with amp.get("tf32").context("cpu"):
+        assert torch.get_float32_matmul_precision() == "high"
+    with amp.get("bf16").context("cpu"):
+        assert torch.get_float32_matmul_precision() == "highest"
+        assert (torch.randn(4, 4) @ torch.randn(4, 4)).dtype == torch.bfloat16
+    assert torch.get_float32_matmul_precision() == before
+
+
+def test_underflow_fractions_against_fp16_cast():
+    """'underflow' counts values below fp16's smallest subnormal: a superset of what an actual cast
+    flushes to zero (values below 2**-25)."""
+    g = torch.logspace(-40, 2, 2000, base=2.0)
+    fr = amp.underflow_fractions(g)
+    below = (g < 2.0**-24).double().mean().item()
+    assert fr["underflow"] == pytest.approx(below)
+    # Every value a cast flushes to zero is counted as underflow.
+    flushed = (g.half() == 0).double().mean().item()
+    assert flushed <= fr["underflow"]
+    assert fr["subnormal"] == pytest.approx(((g >= 2.0**-24) & (g < 2.0**-14)).double().mean().item())
+    # Scaling by 2**16 lifts them: underflow shrinks, some overflow appears.
+    fr_s = amp.underflow_fractions(g, scale=2.0**16)
+    assert fr_s["underflow"] < fr["underflow"]
+    assert fr_s["overflow"] == pytest.approx((g * 2.0**16 > 65504).double().mean().item())
+
+
+def test_log2_histogram_counts_everything():
+    g = torch.tensor([0.0, 2.0**-30, 2.0**-30 * 1.5, 0.5, 3.0, float("inf")])
+    h = amp.log2_histogram(g, lo=-40, hi=4)
+    assert sum(h["counts"]) == 4
+    assert h["counts"][h["log2_lo"].index(-30)] == 2
+    assert h["min_subnormal_log2"] == -24 and h["min_normal_log2"] == -14
+
+
+def test_training_runs_every_mode_and_learns():
+    res = amp.compare(list(amp.PRECISIONS), steps=25, batch=8, lr=1e-2)
+    assert list(res) == list(amp.PRECISIONS)
+    for name, r in res.items():
+        assert len(r.losses) == len(r.times_s) == len(r.underflow) == 25
+        assert r.losses[-1] < r.losses[0] - 0.3, name
+        assert r.grad_hist is not None and sum(r.grad_hist["counts"]) > 0
+    # fp32 and tf32 are the same thing on a CPU.
+    assert res["fp32"].losses == res["tf32"].losses
+    # Autocast saves 16-bit activations: less memory kept for backward than in fp32.
+    assert res["bf16"].saved_bytes < res["fp32"].saved_bytes
+    assert res["fp32"].scales == [1.0] * 25
+    assert math.log(64) == pytest.approx(res["fp32"].losses[0], abs=0.3)
