@@ -1,0 +1,166 @@
+"""The `course-kit` command: doctor, bench, record, and the subcommands other modules register.
+
+Bad input (an unknown topic, an unwritable folder) prints one line on stderr and exits with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A one-line problem with what the user asked for (exit status 2)."""
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from . import bench, device, reference
+    print(device.describe())
+    caps = device.capabilities()
+    print()
+    print("What the course can do here:")
+    lines = {
+        "GPU sections run live": caps.capability is not None,
+        "bf16 autocast at full speed": caps.bf16_tensor_cores,
+        "fp8 matmuls": caps.fp8,
+        "CUDA graphs (05)": caps.cuda_graphs,
+        "Triton kernels compiled (08)": caps.triton and caps.capability is not None,
+        "Triton kernels interpreted on CPU (08)": caps.triton and caps.capability is None,
+        "SDPA flash backend (08)": caps.sdpa_flash,
+    }
+    for what, ok in lines.items():
+        print(f"  {'yes' if ok else 'no ':<3}  {what}")
+    print(f"  size class for notebooks: {device.size_class()}  (COURSE_KIT_SMOKE=1 selects 'smoke')")
+    print(f"  reference records: {', '.join(reference.available()) or 'none'} (in {reference.root()})")
+    print(f"  bench topics: {', '.join(bench.topics())}")
+    for mod, err in bench.import_errors().items():
+        print(f"  warning: bench topic module {mod} failed to import: {err.strip().splitlines()[-1]}")
+    return 0
+
+
+def _parse_params(items: list[str]) -> dict:
+    params = {}
+    for item in items:
+        if "=" not in item:
+            raise UsageError(f"--param must look like NAME=VALUE, got {item!r}")
+        key, value = item.split("=", 1)
+        try:
+            params[key] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key] = value
+    return params
+
+
+def _writable_folder(folder: Path) -> Path:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"cannot create output folder {folder}: {err.strerror or err}") from err
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"output folder {folder} is not writable")
+    return folder
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from . import bench, reference
+    registry = bench.topics()
+    names = list(registry) if args.topic == "all" else [args.topic]
+    unknown = [n for n in names if n not in registry]
+    if unknown:
+        raise UsageError(f"unknown topic {unknown[0]!r}; choose one of: {', '.join(registry)} or all")
+    params = _parse_params(args.param)
+    folder = _writable_folder(Path(args.out) if args.out else reference.root() / reference.gpu_slug())
+    failed = []
+    for name in names:
+        print(f"== course-kit bench {name}", flush=True)
+        try:
+            record = bench.run_topic(name, params)
+        except Exception as err:  # noqa: BLE001 - one failing topic must not stop `all`
+            if args.topic != "all":
+                raise
+            print(f"   FAILED: {type(err).__name__}: {err}", file=sys.stderr)
+            failed.append(name)
+            continue
+        print(bench.format_table(record["results"]))
+        if record.get("summary"):
+            print("summary:", json.dumps(record["summary"], indent=1, default=str))
+        print(f"wrote {reference.save(name, record, folder=folder)}")
+    return 1 if failed else 0
+
+
+def _record(args: argparse.Namespace) -> int:
+    """Execute every notebook with papermill on this device; executed copies go beside the records."""
+    from . import nbbuild, reference
+    import papermill
+
+    folder = _writable_folder(Path(args.out) if args.out else reference.root() / reference.gpu_slug() / "notebooks")
+    notebooks = sorted(nbbuild.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    if args.only:
+        notebooks = [nb for nb in notebooks if any(nb.stem.startswith(s) for s in args.only)]
+        if not notebooks:
+            raise UsageError(f"no notebook matches {args.only}")
+    failed = []
+    for nb in notebooks:
+        start = time.perf_counter()
+        try:
+            papermill.execute_notebook(str(nb), str(folder / nb.name), cwd=str(nb.parent),
+                                       kernel_name=args.kernel, progress_bar=False,
+                                       execution_timeout=args.timeout)
+            status = "ok"
+        except Exception as err:  # noqa: BLE001 - record the rest even if one fails
+            status = f"FAILED: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+            failed.append(nb.name)
+        print(f"{nb.name:<36} {time.perf_counter() - start:7.1f} s  {status}", flush=True)
+    return 1 if failed else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="course-kit", description="The accelerated-AI course's companion tool.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    doctor = sub.add_parser("doctor", help="print the environment and what the course can do on it")
+    doctor.set_defaults(func=_doctor)
+
+    bench_p = sub.add_parser("bench", help="run a benchmark topic and record data/reference/<gpu>/<topic>.json")
+    bench_p.add_argument("topic", help="a topic name, or 'all'")
+    bench_p.add_argument("--out", help="folder for the JSON record (default data/reference/<gpu-slug>)")
+    bench_p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                         help="override a parameter (JSON value), e.g. --param matmul_n=4096")
+    bench_p.set_defaults(func=_bench)
+
+    record = sub.add_parser("record", help="execute every notebook with papermill on this device")
+    record.add_argument("only", nargs="*", help="notebook number prefixes (default: all)")
+    record.add_argument("--out", help="folder for executed notebooks (default data/reference/<gpu-slug>/notebooks)")
+    record.add_argument("--kernel", default="python3")
+    record.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    record.set_defaults(func=_record)
+
+    # Subcommands owned by other modules: grading (release, grade) and serving (serve).
+    for module in ("course_kit.grading.cli", "course_kit.serve"):
+        try:
+            register = getattr(importlib.import_module(module), "register", None)
+        except ImportError:
+            continue
+        if register is not None:
+            register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (UsageError, ValueError, PermissionError) as err:
+        print(f"course-kit {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

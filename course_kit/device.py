@@ -1,0 +1,278 @@
+"""What the machine at hand can do: GPU name, capability, memory, versions, and the choices they imply.
+
+Every notebook starts with `describe()` and sizes itself with `defaults()`. Capability decisions are
+pure functions of a compute capability, so they can be tested by simulating sm_75, sm_80 and sm_90.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+
+import torch
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec peaks (dense, no sparsity) from the vendors' datasheets. TFLOP/s per dtype, HBM in GB/s.
+# None means the GPU has no tensor-core path for that dtype.
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Peaks:
+    name: str
+    fp32: float
+    tf32: float | None
+    bf16: float | None
+    fp16: float
+    fp8: float | None
+    int8: float | None
+    hbm_gbs: float
+    l2_mib: float
+    source: str
+
+    def tflops(self, dtype: str) -> float | None:
+        if dtype not in ("fp32", "tf32", "bf16", "fp16", "fp8", "int8"):
+            raise ValueError(f"unknown dtype {dtype!r}; choose fp32, tf32, bf16, fp16, fp8 or int8")
+        return getattr(self, dtype)
+
+
+PEAKS: dict[str, Peaks] = {
+    "T4": Peaks("T4", 8.1, None, None, 65.0, None, 130.0, 320.0, 4,
+                "NVIDIA T4 datasheet (fp16 tensor cores; no bf16 or tf32 units)"),
+    "L4": Peaks("L4", 30.3, 60.0, 121.0, 121.0, 242.0, 242.0, 300.0, 48, "NVIDIA L4 datasheet"),
+    "A10G": Peaks("A10G", 31.2, 62.5, 125.0, 125.0, None, 250.0, 600.0, 6,
+                  "NVIDIA A10 datasheet (AWS's A10G has no sheet of its own)"),
+    "A100": Peaks("A100", 19.5, 156.0, 312.0, 312.0, None, 624.0, 2039.0, 40,
+                  "NVIDIA A100 80GB SXM datasheet"),
+    "H100": Peaks("H100", 67.0, 494.5, 989.5, 989.5, 1979.0, 1979.0, 3350.0, 50,
+                  "NVIDIA H100 SXM datasheet"),
+    "H200": Peaks("H200", 67.0, 494.5, 989.5, 989.5, 1979.0, 1979.0, 4800.0, 50,
+                  "NVIDIA H200 SXM datasheet"),
+}
+
+
+def peaks(name: str | None = None) -> Peaks | None:
+    """Spec peaks for a GPU name such as 'NVIDIA H200' or 'Tesla T4'; None when unknown (or a CPU)."""
+    if name is None:
+        name = gpu_name()
+    if not name:
+        return None
+    upper = name.upper()
+    # A100 before A10G, H100/H200 before anything shorter: first match wins.
+    for key in ("H200", "H100", "A100", "A10G", "L4", "T4"):
+        if key in upper and not (key == "L4" and "L40" in upper):
+            return PEAKS[key]
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Capabilities
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Capabilities:
+    capability: tuple[int, int] | None   # None on a CPU
+    bf16_tensor_cores: bool   # sm_80+; is_bf16_supported() is also true on a T4, through emulation
+    fp16_tensor_cores: bool   # sm_70+
+    tf32: bool                # sm_80+
+    fp8: bool                 # sm_89+ (Ada, Hopper)
+    sdpa_flash: bool          # PyTorch's flash backend needs sm_80+
+    sdpa_efficient: bool      # memory-efficient backend: sm_50+
+    sdpa_cudnn: bool          # cuDNN attention backend: sm_80+ in torch >= 2.5
+    triton: bool              # Triton compiles for sm_75+; on a CPU only its interpreter runs
+    cuda_graphs: bool
+
+    @property
+    def sm(self) -> str:
+        return "cpu" if self.capability is None else f"sm_{self.capability[0]}{self.capability[1]}"
+
+    def preferred_dtype(self) -> torch.dtype:
+        """The half-precision dtype this device runs fastest: bf16 on sm_80+, fp16 on older GPUs."""
+        if self.capability is None:
+            return torch.float32
+        return torch.bfloat16 if self.bf16_tensor_cores else torch.float16
+
+
+def _triton_installed() -> bool:
+    try:
+        importlib.metadata.version("triton")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def capabilities(capability: tuple[int, int] | None = ..., *, torch_version: str | None = None) -> Capabilities:
+    """Capability flags for a compute capability; by default the GPU at hand (None: a CPU).
+
+    Pass `capability=(7, 5)` to simulate a T4, `(8, 0)` an A100, `(9, 0)` an H100/H200.
+    """
+    if capability is ...:
+        capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+    if capability is not None:
+        if len(capability) != 2 or not all(isinstance(c, int) and c >= 0 for c in capability):
+            raise ValueError(f"capability must be a (major, minor) pair of ints, got {capability!r}")
+        capability = (int(capability[0]), int(capability[1]))
+    version = _version_tuple(torch_version or torch.__version__)
+    gpu = capability is not None
+    at_least = (lambda major, minor: gpu and capability >= (major, minor))
+    return Capabilities(
+        capability=capability,
+        bf16_tensor_cores=at_least(8, 0),
+        fp16_tensor_cores=at_least(7, 0),
+        tf32=at_least(8, 0),
+        fp8=at_least(8, 9),
+        sdpa_flash=at_least(8, 0),
+        sdpa_efficient=at_least(5, 0),
+        sdpa_cudnn=at_least(8, 0) and version >= (2, 5),
+        triton=_triton_installed() and (not gpu or capability >= (7, 5)),
+        cuda_graphs=gpu,
+    )
+
+
+def _version_tuple(text: str) -> tuple[int, int]:
+    parts = text.split("+")[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return (0, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Description of the machine
+# ---------------------------------------------------------------------------------------------
+def gpu_name() -> str | None:
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+
+
+def driver_version() -> str | None:
+    """The NVIDIA display driver (from nvidia-smi), else the CUDA driver API version, else None."""
+    if not torch.cuda.is_available():
+        return None
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=10).stdout.strip().splitlines()
+            if out:
+                return out[0].strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    try:
+        v = torch._C._cuda_getDriverVersion()
+        return f"CUDA driver API {v // 1000}.{(v % 1000) // 10}"
+    except Exception:  # noqa: BLE001 - private API, best effort
+        return None
+
+
+def _package_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def on_colab() -> bool:
+    return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+
+
+def on_binder() -> bool:
+    return any(k in os.environ for k in ("BINDER_LAUNCH_HOST", "BINDER_REPO_URL", "BINDER_REF_URL"))
+
+
+class Description(dict):
+    """A dict of facts about the machine that prints as a two-column table."""
+
+    def __str__(self) -> str:
+        width = max(len(k) for k in self)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in self.items())
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><td style='text-align:left'><b>{k}</b></td>"
+                       f"<td style='text-align:left'>{v}</td></tr>" for k, v in self.items())
+        return f"<table>{rows}</table>"
+
+
+def describe() -> Description:
+    """The GPU (or CPU), its capability and memory, the driver, library versions and where we run."""
+    caps = capabilities()
+    d = Description()
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        d["gpu"] = props.name
+        d["gpu count"] = torch.cuda.device_count()
+        d["compute capability"] = caps.sm
+        d["gpu memory (GiB)"] = round(props.total_memory / 2**30, 1)
+        d["driver"] = driver_version()
+        d["CUDA (torch build)"] = torch.version.cuda
+    else:
+        d["gpu"] = "none (CPU only)"
+        d["gpu count"] = 0
+    d["cpu"] = platform.processor() or platform.machine()
+    d["cpu cores"] = os.cpu_count()
+    d["python"] = platform.python_version()
+    d["torch"] = torch.__version__
+    d["triton"] = _package_version("triton") or "not installed"
+    d["transformers"] = _package_version("transformers") or "not installed"
+    d["bf16 tensor cores"] = caps.bf16_tensor_cores
+    d["fp8"] = caps.fp8
+    d["SDPA flash / cuDNN"] = f"{caps.sdpa_flash} / {caps.sdpa_cudnn}"
+    d["CUDA graphs"] = caps.cuda_graphs
+    d["Triton"] = caps.triton if caps.capability is not None else (
+        "interpreter only (TRITON_INTERPRET=1)" if caps.triton else False)
+    d["colab"] = on_colab()
+    d["binder"] = on_binder()
+    d["smoke mode"] = is_smoke()
+    return d
+
+
+def as_dict(caps: Capabilities) -> dict:
+    return asdict(caps)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes
+# ---------------------------------------------------------------------------------------------
+def is_smoke() -> bool:
+    """True under COURSE_KIT_SMOKE=1: the smallest sizes, which is what CI uses."""
+    return os.environ.get("COURSE_KIT_SMOKE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+SIZES = ("smoke", "cpu", "small_gpu", "full")
+
+
+def size_class(capability: tuple[int, int] | None = ..., memory_gib: float | None = None) -> str:
+    """smoke (CI), cpu, small_gpu (a T4 or anything under 40 GiB) or full (A100/H100/H200 class)."""
+    if is_smoke():
+        return "smoke"
+    if capability is ...:
+        capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+    if capability is None:
+        return "cpu"
+    if memory_gib is None:
+        memory_gib = torch.cuda.get_device_properties(0).total_memory / 2**30 if torch.cuda.is_available() else 0
+    return "full" if memory_gib >= 40 and capability >= (8, 0) else "small_gpu"
+
+
+# The roofline measurements of notebook 00, per size class.
+_ROOFLINE = {
+    "smoke": {"copy_mib": 16, "matmul_n": 256, "repeat": 5},
+    "cpu": {"copy_mib": 256, "matmul_n": 1024, "repeat": 10},
+    "small_gpu": {"copy_mib": 1024, "matmul_n": 4096, "repeat": 20},
+    "full": {"copy_mib": 4096, "matmul_n": 8192, "repeat": 30},
+}
+
+
+def defaults() -> dict:
+    """Device, dtype and size class for this machine; notebooks' `parameters` cells start from it."""
+    caps = capabilities()
+    size = size_class()
+    return {
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "dtype": caps.preferred_dtype(),
+        "smoke": is_smoke(),
+        "size": size,
+        "gpu": gpu_name(),
+        "capability": caps.capability,
+        **_ROOFLINE[size],
+    }

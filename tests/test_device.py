@@ -1,0 +1,82 @@
+"""Capability decisions, simulated for the GPUs learners have (sm_75 T4, sm_80 A100, sm_90 H100/H200)."""
+import pytest
+import torch
+
+from course_kit import device
+
+
+def test_t4_has_fp16_tensor_cores_but_no_bf16_flash_or_fp8():
+    t4 = device.capabilities((7, 5))
+    assert t4.fp16_tensor_cores and not t4.bf16_tensor_cores
+    assert not t4.sdpa_flash and not t4.fp8 and not t4.tf32
+    assert t4.sdpa_efficient and t4.cuda_graphs
+    assert t4.preferred_dtype() == torch.float16      # bf16 is emulated on a T4: use fp16
+    assert t4.sm == "sm_75"
+
+
+def test_a100_has_bf16_flash_but_no_fp8():
+    a100 = device.capabilities((8, 0))
+    assert a100.bf16_tensor_cores and a100.tf32 and a100.sdpa_flash and not a100.fp8
+    assert a100.preferred_dtype() == torch.bfloat16
+
+
+def test_hopper_has_everything():
+    h = device.capabilities((9, 0))
+    assert h.bf16_tensor_cores and h.fp8 and h.sdpa_flash and h.sdpa_cudnn
+    assert device.capabilities((8, 9)).fp8          # Ada has fp8 too
+
+
+def test_cudnn_attention_needs_torch_2_5():
+    assert not device.capabilities((9, 0), torch_version="2.4.1").sdpa_cudnn
+    assert device.capabilities((9, 0), torch_version="2.11.0+cu130").sdpa_cudnn
+
+
+def test_cpu_capabilities():
+    cpu = device.capabilities(None)
+    assert cpu.capability is None and cpu.sm == "cpu"
+    assert not cpu.cuda_graphs and not cpu.bf16_tensor_cores
+    assert cpu.preferred_dtype() == torch.float32
+
+
+@pytest.mark.parametrize("bad", [(9,), (9, -1), ("9", "0")])
+def test_bad_capability_is_rejected(bad):
+    with pytest.raises(ValueError, match="capability"):
+        device.capabilities(bad)
+
+
+@pytest.mark.parametrize("name, key", [("Tesla T4", "T4"), ("NVIDIA H200", "H200"), ("NVIDIA H100 80GB HBM3", "H100"),
+                                       ("NVIDIA A100-SXM4-80GB", "A100"), ("NVIDIA A10G", "A10G"), ("NVIDIA L4", "L4")])
+def test_peaks_are_found_by_name(name, key):
+    assert device.peaks(name).name == key
+
+
+def test_peaks_match_datasheets():
+    assert device.peaks("NVIDIA L40S") is None
+    assert device.peaks("T4").bf16 is None and device.peaks("T4").fp16 == 65.0
+    h200 = device.peaks("NVIDIA H200")
+    assert h200.hbm_gbs == 4800.0 and h200.bf16 == 989.5 and h200.fp8 == 2 * h200.bf16
+    with pytest.raises(ValueError, match="fp64"):
+        h200.tflops("fp64")
+
+
+def test_size_class(monkeypatch):
+    monkeypatch.delenv("COURSE_KIT_SMOKE", raising=False)
+    assert device.size_class(None) == "cpu"
+    assert device.size_class((7, 5), 15.0) == "small_gpu"
+    assert device.size_class((9, 0), 139.0) == "full"
+    monkeypatch.setenv("COURSE_KIT_SMOKE", "1")
+    assert device.size_class((9, 0), 139.0) == "smoke"
+    assert device.defaults()["smoke"] is True
+
+
+def test_describe_has_the_facts():
+    d = device.describe()
+    for key in ("gpu", "torch", "triton", "transformers", "cpu cores", "colab", "binder"):
+        assert key in d
+    assert "torch" in str(d) and "<table>" in d._repr_html_()
+
+
+def test_colab_and_binder_detection(monkeypatch):
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "release-x")
+    monkeypatch.setenv("BINDER_LAUNCH_HOST", "https://mybinder.org/")
+    assert device.on_colab() and device.on_binder()

@@ -1,0 +1,65 @@
+"""Notebook conventions (DESIGN.md's anatomy): built from source, no outputs, parameters, badges, setup."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from course_kit import nbbuild
+
+NOTEBOOKS = sorted(nbbuild.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+
+
+def test_every_notebook_has_a_source_and_is_up_to_date():
+    assert NOTEBOOKS, "no notebooks found"
+    for nb in NOTEBOOKS:
+        src = nbbuild.SOURCES / (nb.stem + ".py")
+        assert src.is_file(), f"{nb.name} has no source {src}"
+        assert nb.read_text() == nbbuild.render(src), f"{nb.name} is stale: run python -m course_kit.nbbuild"
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_anatomy(nb):
+    cells = json.loads(nb.read_text())["cells"]
+    code = [c for c in cells if c["cell_type"] == "code"]
+    assert not any(c["outputs"] or c["execution_count"] for c in code), "committed with outputs"
+    assert any("parameters" in c["metadata"].get("tags", []) for c in code), "no 'parameters' cell"
+    first = "".join(cells[0]["source"])
+    assert first.startswith("# "), "the first cell is the title"
+    text = "".join("".join(c["source"]) for c in cells)
+    assert "colab.research.google.com/github/" in text and "mybinder.org" in text, "badges missing"
+    assert nbbuild.repository_url() in text, "setup cell does not install from [project.urls] Repository"
+    assert "device.describe()" in text
+    # Speed-ups are computed in the run, never typed into prose.
+    prose = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert not re.search(r"\b\d+(\.\d+)?\s?(x|×)\s+(faster|speed-?up)", prose)
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_exercises_are_complete(nb):
+    cells = json.loads(nb.read_text())["cells"]
+    roles: dict[str, set] = {}
+    for c in cells:
+        meta = c["metadata"].get("course_kit")
+        if meta:
+            roles.setdefault(meta["exercise"], set()).add(meta["role"])
+            if meta["role"] == "solution":
+                src = "".join(c["source"])
+                assert "### BEGIN SOLUTION" in src and "### END SOLUTION" in src
+                assert isinstance(meta.get("points"), (int, float)) and meta["points"] > 0
+            if meta["role"] == "check":
+                assert f'check("{meta["exercise"]}"' in "".join(c["source"])
+    for ex, found in roles.items():
+        assert {"solution", "check"} <= found, f"exercise {ex} lacks {({'solution', 'check'} - found)}"
+        assert ex.startswith(nb.stem[:2] + "."), f"exercise id {ex} does not start with the notebook number"
+
+
+def test_setup_cell_never_reinstalls_torch():
+    setup = nbbuild.setup_cell("https://github.com/o/r")
+    assert "keep-torch.txt" in setup and "-c" in setup
+    assert not re.search(r"pip\"?, \"install\"[^\n]*\"torch", setup)
+
+
+def test_parse_rejects_text_before_the_first_marker(tmp_path):
+    with pytest.raises(ValueError, match="before the first"):
+        nbbuild.parse("x = 1\n# %%\n")
