@@ -1,0 +1,17 @@
+"""Number formats for deep learning: layouts, limits, rounding as torch does it, quantisation.
+
+    from course_kit import dtypes
+    dtypes.FORMATS["bf16"].limits()         # bits, bias, max, smallest normal/subnormal, eps
+    dtypes.classify(500.0, "fp8_e4m3fn")    # stored value, bits, outcome, relative error
+    dtypes.quantize(w, bits=4, symmetric=False, axis=0)
+    dtypes.ops.evaluate("exp", 12.0, "fp16")
+"""
+from . import ops
+from .formats import FORMAT_NAMES, FORMATS, Format, get_format
+from .quant import QuantResult, qrange, quantize
+from .rounding import (OUTCOMES, Fields, Rounding, classify, decompose, round_to, tf32_round_bits,
+                       to_bits)
+
+__all__ = ["FORMATS", "FORMAT_NAMES", "Format", "get_format", "round_to", "to_bits", "decompose",
+           "classify", "Fields", "Rounding", "OUTCOMES", "tf32_round_bits", "quantize",
+           "QuantResult", "qrange", "ops"]
