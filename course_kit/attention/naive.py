@@ -1,0 +1,89 @@
+"""Naive attention: materialise the full S x S score matrix, softmax it, multiply by V.
+
+This is the textbook formula softmax(Q K^T / sqrt(d)) V written the obvious way. It is correct
+and simple, but it writes two [B, H, S_q, S_k] tensors (scores and probabilities) to memory, so
+its memory grows with the square of the sequence length. `peak_memory` measures exactly that.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+
+def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"q, k, v must be [B, H, S, D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape; got {tuple(k.shape)} and {tuple(v.shape)}")
+    if q.shape[0] != k.shape[0] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share batch and head dim; got {tuple(q.shape)} and {tuple(k.shape)}")
+    if q.shape[1] % k.shape[1] != 0:
+        raise ValueError(f"query heads ({q.shape[1]}) must be a multiple of key/value heads ({k.shape[1]})")
+
+
+def expand_kv(k: torch.Tensor, n_q_heads: int) -> torch.Tensor:
+    """Grouped-query attention: repeat each K/V head for the query heads that share it."""
+    group = n_q_heads // k.shape[1]
+    return k if group == 1 else k.repeat_interleave(group, dim=1)
+
+
+def causal_mask(s_q: int, s_k: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """True where query i may attend to key j (j <= i), top-left aligned like SDPA's is_causal."""
+    return torch.ones(s_q, s_k, dtype=torch.bool, device=device).tril()
+
+
+def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+                    scale: float | None = None) -> torch.Tensor:
+    """softmax(Q K^T * scale) V with the whole score matrix in memory. q: [B, Hq, Sq, D], k/v: [B, Hkv, Sk, D]."""
+    _check_shapes(q, k, v)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])
+    scores = (q @ k.transpose(-2, -1)) * scale                       # [B, H, Sq, Sk]: the S^2 tensor
+    if causal:
+        scores = scores.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device), float("-inf"))
+    probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)        # a second S^2 tensor
+    return probs @ v
+
+
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+                        scale: float | None = None) -> torch.Tensor:
+    """The float64 CPU oracle every other variant is checked against."""
+    return naive_attention(q.detach().double().cpu(), k.detach().double().cpu(), v.detach().double().cpu(),
+                           causal=causal, scale=scale)
+
+
+def attention_flops(batch: int, heads: int, s_q: int, s_k: int, head_dim: int, *, causal: bool) -> float:
+    """Forward FLOPs of the two matmuls (QK^T and PV), 2 FLOPs per multiply-add; causal counts half."""
+    flops = 4.0 * batch * heads * s_q * s_k * head_dim
+    return flops / 2 if causal else flops
+
+
+def peak_memory(fn: Callable[[], object], device: torch.device | str = "cpu") -> int:
+    """Peak bytes allocated while `fn()` runs, above what was allocated before it.
+
+    On CUDA this reads the caching allocator's peak counter. On CPU there is no such counter, so
+    the PyTorch profiler records every allocation and free, and we replay them in time order.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        out = fn()
+        torch.cuda.synchronize(device)
+        peak = torch.cuda.max_memory_allocated(device) - base
+        del out
+        return int(peak)
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = fn()
+    del out
+    events = sorted(prof.events(), key=lambda e: e.time_range.start)
+    current = peak = 0
+    for event in events:
+        # self memory: what this op itself allocated (+) or freed (-), children excluded
+        current += event.self_cpu_memory_usage
+        peak = max(peak, current)
+    return int(peak)

@@ -1,0 +1,103 @@
+"""The Triton flash-attention kernel against a float64 reference (interpreter on CPU, real on GPU)."""
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from course_kit.attention import reference_attention  # noqa: E402  (sets TRITON_INTERPRET first)
+from course_kit.attention import triton_flash  # noqa: E402
+from course_kit.attention.triton_flash import flash_attention  # noqa: E402
+
+# bf16 keeps 8 significant bits: inputs, P and the output are each rounded once (outputs are O(1))
+TOL = {torch.bfloat16: 3e-2, torch.float16: 5e-3}
+
+
+def _random_case(seed, device, max_len, dims):
+    g = torch.Generator().manual_seed(seed)
+    r = lambda lo, hi: int(torch.randint(lo, hi + 1, (1,), generator=g))  # noqa: E731
+    hkv = r(1, 2)
+    hq = hkv * r(1, 3)
+    sq = r(1, max_len)
+    sk = sq if r(0, 1) else r(1, max_len)
+    d = dims[r(0, len(dims) - 1)]
+    dtype = (torch.bfloat16, torch.float16)[r(0, 1)]
+    causal = bool(r(0, 1)) or seed == 0
+    shape_q, shape_kv = (r(1, 2), hq, sq, d), (None, hkv, sk, d)
+    q = torch.randn(shape_q, generator=g, dtype=torch.float64)
+    k = torch.randn((shape_q[0],) + shape_kv[1:], generator=g, dtype=torch.float64)
+    v = torch.randn((shape_q[0],) + shape_kv[1:], generator=g, dtype=torch.float64)
+    return [t.to(dtype).to(device) for t in (q, k, v)], causal, dtype
+
+
+def _check_against_float64(q, k, v, causal, dtype, **kw):
+    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, **kw)
+    ref = reference_attention(q, k, v, causal=causal)
+    assert out.dtype == dtype and out.shape == q.shape
+    err = (out.double().cpu() - ref).abs().max().item()
+    assert err <= TOL[dtype], f"max |out - float64 ref| = {err:.3g} > {TOL[dtype]} for {tuple(q.shape)} {tuple(k.shape)} causal={causal}"
+    # the log-sum-exp the kernel stores for a backward pass, against float64
+    s = (q.double().cpu() @ k.double().cpu().repeat_interleave(q.shape[1] // k.shape[1], 1).transpose(-1, -2))
+    s = s / q.shape[-1] ** 0.5
+    if causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
+    torch.testing.assert_close(lse.double().cpu(), torch.logsumexp(s, -1), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_interpreter_random_shapes(seed):
+    if torch.cuda.is_available():
+        pytest.skip("covered by the gpu test on a CUDA machine")
+    # lengths up to 80 with 32-wide blocks: ragged tails, several blocks, and Sq != Sk
+    (q, k, v), causal, dtype = _random_case(seed, "cpu", 80, (16, 32, 64))
+    _check_against_float64(q, k, v, causal, dtype)
+
+
+@pytest.mark.parametrize("loader", ["pointer", "descriptor"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_interpreter_both_loaders_head_dims_gqa_causal(loader, head_dim):
+    if torch.cuda.is_available():
+        pytest.skip("covered by the gpu test on a CUDA machine")
+    if loader == "descriptor" and not triton_flash.HAS_DESCRIPTORS:
+        pytest.skip("this triton has no tensor descriptors")
+    g = torch.Generator().manual_seed(head_dim)
+    q = torch.randn(1, 4, 45, head_dim, generator=g).bfloat16()
+    k = torch.randn(1, 2, 45, head_dim, generator=g).bfloat16()
+    v = torch.randn(1, 2, 45, head_dim, generator=g).bfloat16()
+    _check_against_float64(q, k, v, True, torch.bfloat16, loader=loader, block_m=32, block_n=16)
+
+
+def test_errors_name_the_bad_value():
+    q = torch.randn(1, 2, 8, 48).half()
+    with pytest.raises(ValueError, match="head dim must be one of"):
+        flash_attention(q, q, q)
+    q = torch.randn(1, 2, 8, 32)
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        flash_attention(q, q, q)
+    with pytest.raises(ValueError, match="loader must be one of"):
+        flash_attention(q.half(), q.half(), q.half(), loader="tma")
+    with pytest.raises(ValueError, match="multiple of key/value heads"):
+        flash_attention(torch.randn(1, 3, 8, 32).half(), q[:, :2].half(), q[:, :2].half())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("seed", range(12))
+def test_gpu_random_shapes_against_float64(seed):
+    # lengths up to 700 cover ragged tails for every autotuned block size (64 and 128)
+    (q, k, v), causal, dtype = _random_case(seed, "cuda", 700, (64, 128))
+    _check_against_float64(q, k, v, causal, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("loader", ["pointer", "descriptor"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_loaders_against_sdpa(loader, causal):
+    q, k, v = (torch.randn(2, 8, 1000, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    k, v = k[:, :2].contiguous(), v[:, :2].contiguous()    # GQA 8 query heads on 2 K/V heads
+    usable, why = triton_flash.descriptor_usable(q, k, v)
+    if loader == "descriptor" and not usable:
+        pytest.skip(why)
+    _check_against_float64(q, k, v, causal, torch.bfloat16, loader=loader)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(4, 1), v.repeat_interleave(4, 1),
+                                                            is_causal=causal)
+    out = flash_attention(q, k, v, causal=causal, loader=loader)
+    torch.testing.assert_close(out, sdpa, rtol=2e-2, atol=2e-2)
