@@ -285,3 +285,60 @@ def test_op_curves_and_bad_input():
         ops.evaluate("exp", 1.0, "fp8_e4m3fn")
     with pytest.raises(ValueError, match="n must be"):
         ops.evaluate("sum", 1.0, "fp16", n=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The matmul-by-dtype benchmark
+# ---------------------------------------------------------------------------------------------
+def test_bench_dtypes_cpu_smoke():
+    from course_kit.benchmarks import dtypes as bd
+    out = bd.run({"size": "smoke", "device": "cpu", "n": 64, "repeat": 2,
+                  "variants": ["fp32", "bf16", "int8", "fp8"]})
+    rows = {r["variant"]: r for r in out["results"]}
+    assert set(rows) == {"fp32", "bf16", "int8", "fp8"}
+    for key in ("fp32", "bf16", "int8"):
+        assert rows[key]["tflops"] > 0 and rows[key]["rel_error_vs_fp64"] <= bd.TOLERANCE[key]
+    assert out["summary"]["bf16_over_fp32"] == pytest.approx(
+        rows["bf16"]["tflops"] / rows["fp32"]["tflops"])
+
+
+def test_bench_check_catches_a_wrong_kernel(monkeypatch):
+    from course_kit.benchmarks import dtypes as bd
+    broken = bd.Variant("bf16", "bf16", lambda a, b: (a @ b) * 1.05)
+    monkeypatch.setitem(bd.VARIANTS, "bf16", broken)
+    with pytest.raises(AssertionError, match="relative error"):
+        bd.check_variant("bf16", "cpu", n=64)
+
+
+@pytest.mark.gpu
+def test_gpu_every_matmul_variant_is_correct():
+    from course_kit import device
+    from course_kit.benchmarks import dtypes as bd
+    for key in bd.VARIANTS:
+        reason = bd._supported(key, "cuda")
+        if reason is None:
+            assert bd.check_variant(key, "cuda", n=1024) <= bd.TOLERANCE[key]
+    if device.capabilities().fp8:
+        assert bd._supported("fp8_fast", "cuda") is None
+
+
+@pytest.mark.gpu
+def test_gpu_cast_equals_cpu_cast():
+    """The explorer rounds on the CPU; CUDA's casts must agree inside every format's range.
+    Beyond fp8 e4m3fn's max, torch versions differ (NaN or saturation): reported, not failed."""
+    import warnings
+    for name in TORCH_FLOATS:
+        f = dtypes.get_format(name)
+        x = torch.tensor(_f32(edge_values(name)) if name != "fp32" else [1.0, 3.0, 0.1])
+        inside = x.abs() <= f.max
+        cpu = x.to(f.torch_dtype).double()
+        gpu = x.cuda().to(f.torch_dtype).double().cpu()
+        assert torch.equal(cpu[inside], gpu[inside]), name
+        out = x[~inside]
+        if out.numel():
+            c, g = cpu[~inside], gpu[~inside]
+            same = (c == g) | (c.isnan() & g.isnan())
+            if not bool(same.all()):
+                warnings.warn(f"{name}: CUDA and CPU casts differ beyond max for "
+                              f"{out[~same].tolist()}: cpu {c[~same].tolist()} "
+                              f"cuda {g[~same].tolist()}")

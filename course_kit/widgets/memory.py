@@ -1,0 +1,98 @@
+"""The memory estimator: sliders and a stacked bar chart of bytes per GPU at TP 1, 2, 4, 8.
+
+Same rendering path as the overflow explorer: a plain plotly figure redrawn in an Output widget.
+"""
+from __future__ import annotations
+
+import html
+
+import ipywidgets as W
+import plotly.graph_objects as go
+
+from ..memory import GB, PRESETS, per_gpu_bytes
+from ..plots.memory import breakdown_figure
+from .dtypes import redraw
+
+__all__ = ["MemoryEstimator", "GPU_MEMORY_GB", "MODES", "estimate"]
+
+GPU_MEMORY_GB = {"H200 (141 GB)": 141.0, "H100 (80 GB)": 80.0, "A100 (40 GB)": 40.0,
+                 "T4 (16 GB)": 16.0}
+MODES = ("inference", "training, fp32 Adam", "training, mixed-precision Adam")
+TP_DEGREES = (1, 2, 4, 8)
+
+
+def estimate(model: str, mode: str, dtype: str = "bf16", seq: int = 0, batch: int = 0,
+             checkpointing: bool = False, tps=TP_DEGREES) -> dict[str, dict[str, float]]:
+    """{"TP=t": {part: bytes per GPU}} for each tensor-parallel degree (the widget's model)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; choose one of {list(MODES)}")
+    training = mode != "inference"
+    kw = dict(training=training, seq=seq, batch=batch, checkpointing=checkpointing)
+    if training:
+        kw.update(mixed=mode.endswith("mixed-precision Adam"), optimizer="adam")
+    else:
+        kw.update(weights_dtype=dtype, kv_dtype="bf16")
+    return {f"TP={t}": per_gpu_bytes(model, t, **kw) for t in tps}
+
+
+class MemoryEstimator:
+    """Model, mode, weight dtype, sequence, batch, checkpointing and GPU; bars per TP degree."""
+
+    def __init__(self, model: str = "7b", mode: str = "inference", dtype: str = "bf16",
+                 seq: int = 4096, batch: int = 1, gpu: str = "H200 (141 GB)") -> None:
+        if model not in PRESETS:
+            raise ValueError(f"unknown model {model!r}; choose one of {list(PRESETS)}")
+        if gpu not in GPU_MEMORY_GB:
+            raise ValueError(f"unknown GPU {gpu!r}; choose one of {list(GPU_MEMORY_GB)}")
+        self.model = W.Dropdown(options=[(f"{k}: {v.name}", k) for k, v in PRESETS.items()],
+                                value=model, description="model")
+        self.mode = W.ToggleButtons(options=list(MODES), value=mode, description="mode")
+        self.dtype = W.Dropdown(options=["fp32", "bf16", "fp8", "int8", "int4"], value=dtype,
+                                description="weights")
+        self.seq = W.IntSlider(value=seq, min=0, max=131072, step=512, description="sequence",
+                               continuous_update=False)
+        self.batch = W.IntSlider(value=batch, min=0, max=128, description="batch",
+                                 continuous_update=False)
+        self.checkpointing = W.Checkbox(value=False, description="activation checkpointing")
+        self.gpu = W.Dropdown(options=list(GPU_MEMORY_GB), value=gpu, description="GPU")
+        self.text = W.HTML()
+        self.out = W.Output()
+        self.figure: go.Figure = go.Figure()
+        self.configs: dict[str, dict[str, float]] = {}
+        controls = (self.model, self.mode, self.dtype, self.seq, self.batch, self.checkpointing,
+                    self.gpu)
+        for w in controls:
+            w.observe(self.update, names="value")
+        self.widget = W.VBox([W.HBox([self.model, self.dtype, self.gpu]), self.mode,
+                              W.HBox([self.seq, self.batch, self.checkpointing]), self.text,
+                              self.out])
+        self.widget.add_class("ck-memory-estimator")
+        self.update()
+
+    def update(self, change: object = None) -> None:
+        """Recompute the per-GPU breakdown at every TP degree, the text and the figure."""
+        training = self.mode.value != "inference"
+        self.dtype.disabled = training
+        self.checkpointing.disabled = not training
+        self.configs = estimate(self.model.value, self.mode.value, self.dtype.value,
+                                self.seq.value, self.batch.value, self.checkpointing.value)
+        cap = GPU_MEMORY_GB[self.gpu.value]
+        shape = PRESETS[self.model.value]
+        items = []
+        for label, parts in self.configs.items():
+            total = sum(parts.values()) / GB
+            fits = "fits" if total <= cap else "does not fit"
+            items.append(f'<li class="ck-total">{label}: <b>{total:.1f} GB</b> per GPU '
+                         f"({fits} in {cap:g} GB)</li>")
+        what = ("weights + KV cache" if not training else "model state + activations")
+        self.text.value = (f'<div class="ck-memory-text"><b>{html.escape(shape.name)}</b>, '
+                           f"{shape.n_params() / 1e9:.2f} B parameters, {self.mode.value}: "
+                           f"{what}<ul>{''.join(items)}</ul></div>")
+        self.figure = breakdown_figure(
+            self.configs, title=f"{shape.name}, {self.mode.value}: memory per GPU",
+            capacity_gb=cap, capacity_label=self.gpu.value.split(" ")[0])
+        redraw(self.out, self.figure)
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+        display(self.widget)

@@ -1,0 +1,95 @@
+"""Widget callbacks of notebook 01, headless: moving a control changes the figure and the text."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from course_kit import dtypes
+from course_kit.memory import GB
+from course_kit.widgets.dtypes import OpExplorer, OverflowExplorer
+from course_kit.widgets.memory import MemoryEstimator, estimate
+
+
+def _marker_xs(fig):
+    return next(t.x for t in fig.data if t.name == "stored")
+
+
+def _bits(fig):
+    return "".join(next(t.text for t in fig.data if t.name.endswith(" bits")))
+
+
+def test_slider_changes_figure_and_text():
+    e = OverflowExplorer(value=100.0, fmt="fp8_e4m3fn")
+    table0, xs0 = e.table.value, _marker_xs(e.figure)
+    e.slider.value = 1e5
+    assert e.table.value != table0
+    assert _marker_xs(e.figure) != xs0
+    assert "1e+05" in e.figure.layout.annotations[0].text
+    # the explorer's outcome equals torch's own cast, per format
+    for r in e.results:
+        assert r == dtypes.classify(1e5, r.format)
+    e4m3 = next(r for r in e.results if r.format == "fp8_e4m3fn")
+    assert e4m3.outcome in ("saturated", "NaN")
+    assert "overflow to inf" in e.table.value          # fp16 and e5m2 at 1e5
+
+
+def test_sign_and_format_selector():
+    e = OverflowExplorer(value=3.0, fmt="bf16")
+    bits0 = _bits(e.figure)
+    e.format.value = "fp16"
+    assert _bits(e.figure) != bits0 and len(_bits(e.figure)) == 16
+    assert 'data-format="fp16"' in e.table.value and "#fff3cd" in e.table.value
+    e.sign.value = "-"
+    assert e.x == -3.0 and _bits(e.figure)[0] == "1"
+
+
+def test_explorer_bad_input():
+    with pytest.raises(ValueError, match="lo=nan"):
+        OverflowExplorer(lo=math.nan)
+    with pytest.raises(ValueError, match="lo < hi"):
+        OverflowExplorer(lo=1e5, hi=1e2, value=1e3)
+    with pytest.raises(ValueError, match="unknown format 'fp7'"):
+        OverflowExplorer(fmt="fp7")
+    with pytest.raises(ValueError, match="outside the slider's range"):
+        OverflowExplorer(value=1e50)
+
+
+def test_op_explorer():
+    o = OpExplorer(op="exp", x=5.0)
+    text0, fig0 = o.table.value, o.figure.to_dict()
+    o.x_lin.value = 12.0
+    assert o.table.value != text0 and "overflow to inf" in o.table.value
+    assert o.figure.to_dict() != fig0
+    o.op.value = "sum"
+    o.n.value = 1000
+    bf16 = next(r for r in o.results if r.format == "bf16")
+    assert bf16.value == 256.0 and bf16.outcome == "lost precision"
+    assert o.figure.layout.xaxis.title.text == "number of terms summed"
+    with pytest.raises(ValueError, match="unknown operation"):
+        OpExplorer(op="cube")
+
+
+def test_memory_estimator_callbacks():
+    w = MemoryEstimator(model="7b", mode="inference", dtype="bf16", seq=0, batch=0)
+    assert "TP=1: <b>13.5 GB</b>" in w.text.value          # 6.74e9 params * 2 bytes
+    ys0 = [t.y for t in w.figure.data]
+    w.dtype.value = "int4"
+    assert "TP=1: <b>3.4 GB</b>" in w.text.value
+    assert [t.y for t in w.figure.data] != ys0
+    w.model.value = "70b"
+    w.mode.value = "training, mixed-precision Adam"
+    totals = {k: sum(v.values()) for k, v in w.configs.items()}
+    assert totals["TP=8"] == pytest.approx(16 * 68_976_648_192 / 8)
+    assert "does not fit" in w.text.value
+    names = {t.name for t in w.figure.data}
+    assert {"weights", "gradients", "master weights", "optimizer moments"} <= names
+
+
+def test_memory_estimate_bad_input():
+    with pytest.raises(ValueError, match="unknown mode"):
+        estimate("7b", "serving")
+    with pytest.raises(ValueError, match="unknown model"):
+        MemoryEstimator(model="13b")
+    assert sum(estimate("7b", "inference", "fp32")["TP=2"].values()) / GB == \
+        pytest.approx(6.738415616 * 4 / 2)
