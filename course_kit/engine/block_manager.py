@@ -163,7 +163,8 @@ class BlockManager:
                 owners[b] += 1
         for b in range(self.num_blocks):
             assert owners[b] == self.ref_count[b], (
-                f"block {b}: reference count {self.ref_count[b]} but {owners[b]} tables hold it")
+                f"block {b}: reference count {self.ref_count[b]} but {owners[b]} tables hold it "
+                f"(a leak or a double free)")
             if not self.prefix_caching:
                 assert owners[b] <= 1, f"block {b} owned by {owners[b]} requests without prefix caching"
             free = b in self._free

@@ -1,0 +1,122 @@
+"""Scheduler policies without a model: fake tokens drive postprocess()."""
+import random
+
+import pytest
+
+from course_kit.engine.block_manager import BlockManager
+from course_kit.engine.scheduler import Scheduler, admit
+from course_kit.engine.sequence import SamplingParams, Sequence, Status
+
+
+def make(rid, n_prompt, n_out, arrival=0.0):
+    return Sequence(rid, list(range(3, 3 + n_prompt)), SamplingParams(max_new_tokens=n_out), arrival=arrival)
+
+
+def run(sched, seqs, more_coming=False, max_steps=10_000, check=None):
+    """Drive a scheduler to completion with token 1 for every sample; return the step outputs."""
+    for s in seqs:
+        sched.add(s)
+    steps = []
+    t = 0.0
+    while sched.has_unfinished():
+        out = sched.schedule(t, more_coming)
+        steps.append(out)
+        sched.postprocess(out, [1 if s.sample else None for s in out.scheduled], t)
+        sched.blocks.check_invariants()
+        if check:
+            check(sched, out)
+        t += 1.0
+        assert len(steps) < max_steps, "scheduler made no progress"
+    return steps
+
+
+def test_admit_rule():
+    # FCFS, stop at the first that does not fit (no skipping ahead)
+    assert admit([10, 10, 10], free_blocks=5, block_size=4, free_slots=8, token_budget=100) == [10]
+    assert admit([4, 4, 4], free_blocks=10, block_size=4, free_slots=2, token_budget=100) == [4, 4]
+    # chunked prefill: the last admitted request gets what is left of the budget
+    assert admit([6, 20, 5], free_blocks=100, block_size=4, free_slots=8, token_budget=16) == [6, 10]
+    assert admit([30, 1], free_blocks=3, block_size=16, free_slots=8, token_budget=64) == [30, 1]
+    assert admit([], free_blocks=3, block_size=16, free_slots=8, token_budget=64) == []
+    assert admit([3], free_blocks=3, block_size=16, free_slots=8, token_budget=0) == []
+
+
+def test_continuous_respects_budget_slots_and_finishes_all():
+    bm = BlockManager(64, 4)
+    sched = Scheduler(bm, "continuous", max_num_seqs=3, max_num_batched_tokens=8)
+    seqs = [make(f"r{i}", n, o) for i, (n, o) in enumerate([(5, 3), (12, 6), (2, 9), (7, 1), (20, 4)])]
+
+    def check(s, out):
+        assert out.num_tokens <= 8
+        assert len(s.running) <= 3
+        assert len({x.seq.slot for x in out.scheduled}) == len(out.scheduled)
+    steps = run(sched, seqs, check=check)
+    assert all(s.finished and len(s.output) == s.params.max_new_tokens for s in seqs)
+    assert any(not x.sample for st in steps for x in st.scheduled), "no prefill was chunked"
+    assert bm.num_free_blocks == 64
+
+
+def test_static_waits_for_a_full_batch_and_pads_finished_members():
+    bm = BlockManager(64, 4)
+    sched = Scheduler(bm, "static", max_num_seqs=2)
+    a, b = make("a", 3, 2), make("b", 5, 6)
+    sched.add(a)
+    assert sched.schedule(0.0, more_coming=True).empty          # waits for a second request
+    sched.add(b)
+    first = sched.schedule(0.0, more_coming=True)
+    assert [x.num_tokens for x in first.scheduled] == [3, 5]
+    assert first.padding_tokens == 2                               # padded to the longest prompt
+    sched.postprocess(first, [1, 1], 0.0)
+    pads = []
+    while sched.has_unfinished():
+        out = sched.schedule(1.0)
+        pads.append(out.num_padding_rows)
+        sched.postprocess(out, [1] * len(out.scheduled), 1.0)
+    assert pads == [0, 1, 1, 1, 1]                                 # a finished; its row rides along
+    assert bm.num_free_blocks == 64
+
+
+def test_dynamic_leaves_after_max_wait():
+    bm = BlockManager(64, 4)
+    sched = Scheduler(bm, "dynamic", max_num_seqs=4, max_wait_s=0.5)
+    sched.add(make("a", 3, 2, arrival=0.0))
+    assert sched.schedule(0.2, more_coming=True).empty
+    out = sched.schedule(0.6, more_coming=True)
+    assert [x.seq.request_id for x in out.scheduled] == ["a"]
+
+
+def test_preemption_frees_blocks_and_everything_finishes():
+    bm = BlockManager(12, 4)                                       # 48 slots for ~100 tokens of demand
+    sched = Scheduler(bm, "continuous", max_num_seqs=4, max_num_batched_tokens=16)
+    rng = random.Random(0)
+    seqs = [make(f"r{i}", rng.randint(2, 10), rng.randint(5, 20)) for i in range(10)]
+    run(sched, seqs)
+    assert sched.num_preemptions > 0
+    assert all(s.finished and len(s.output) == s.params.max_new_tokens for s in seqs)
+    assert bm.num_free_blocks == 12 and not bm.tables
+
+
+def test_abort_frees_blocks():
+    bm = BlockManager(16, 4)
+    sched = Scheduler(bm, "continuous", max_num_seqs=4, max_num_batched_tokens=32)
+    a, b = make("a", 9, 50), make("b", 4, 50)
+    sched.add(a)
+    sched.add(b)
+    out = sched.schedule(0.0)
+    sched.postprocess(out, [1, 1], 0.0)
+    assert bm.num_used_blocks == 3 + 1
+    assert sched.abort("a", 1.0) is a and a.status is Status.FINISHED and a.finish_reason == "abort"
+    assert bm.num_used_blocks == 1
+    bm.check_invariants()
+    assert sched.abort("nope", 1.0) is None
+
+
+def test_bad_settings_are_explained():
+    bm = BlockManager(4, 4)
+    with pytest.raises(ValueError, match="policy='greedy'"):
+        Scheduler(bm, "greedy")
+    with pytest.raises(ValueError, match="max_num_batched_tokens=4 must be >= max_num_seqs=8"):
+        Scheduler(bm, "continuous", max_num_seqs=8, max_num_batched_tokens=4)
+    sched = Scheduler(bm, "continuous", max_num_seqs=2, max_num_batched_tokens=8)
+    with pytest.raises(ValueError, match="more than the 16"):
+        sched.add(make("big", 10, 10))
