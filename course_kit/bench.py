@@ -97,6 +97,18 @@ def timeit(fn: Callable[..., Any], *, warmup: int = 3, repeat: int = 20,
     return Timing(times)
 
 
+def unsynchronised_time(fn: Callable[[], Any], repeat: int = 10) -> float:
+    """The wrong way, kept to show why: host clocks with no synchronise time the launch, not the work."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return statistics.median(times)
+
+
 # ---------------------------------------------------------------------------------------------
 # Out of memory becomes a skip
 # ---------------------------------------------------------------------------------------------

@@ -55,3 +55,7 @@ def test_roofline_topic_is_registered_and_runs():
 def test_format_table():
     text = bench.format_table([{"name": "a", "x": 1.23456}, {"name": "bb", "x": 2}])
     assert "name" in text.splitlines()[0] and "1.235" in text
+
+
+def test_unsynchronised_time_is_a_host_clock():
+    assert bench.unsynchronised_time(lambda: time.sleep(0.001), repeat=3) >= 0.001

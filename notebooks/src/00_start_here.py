@@ -75,14 +75,20 @@ fig
 show_source(bench.timeit)
 
 # %% [markdown]
-# Warm-up matters even on a CPU: the first call pays for allocation and library set-up.
+# Two pitfalls, measured: the first call pays for allocation and library set-up, and on a GPU a host
+# clock with no synchronise times only the kernel *launch*.
 
 # %%
-x = torch.randn(MATMUL_N, MATMUL_N)
+x = torch.randn(MATMUL_N, MATMUL_N, device=P["device"])
 cold = bench.timeit(lambda: x @ x, warmup=0, repeat=1)
 warm = bench.timeit(lambda: x @ x, warmup=2, repeat=REPEAT)
-md(f"First call: **{cold.median_s * 1e3:.2f} ms**; median of {REPEAT} warm calls: "
-   f"**{warm.median_s * 1e3:.2f} ms** (p10-p90 spread {warm.spread:.0%}).")
+text = (f"First call: **{cold.median_s * 1e3:.2f} ms**; median of {REPEAT} warm calls: "
+        f"**{warm.median_s * 1e3:.2f} ms** (p10-p90 spread {warm.spread:.0%}).")
+if torch.cuda.is_available():
+    wrong = bench.unsynchronised_time(lambda: x @ x, repeat=REPEAT)
+    text += (f" A host clock with no synchronise says **{wrong * 1e6:.0f} µs**: it timed the launch, "
+             f"{warm.median_s / wrong:.0f}x less than the work really takes.")
+md(text)
 
 # %% [markdown]
 # ## 3. Memory bandwidth
