@@ -1,0 +1,113 @@
+"""The engine's async mode gives the same tokens as the sync engine, and records a timeline."""
+import dataclasses
+
+import pytest
+import torch
+
+from course_kit.engine import Engine, SamplingParams
+from course_kit.engine.async_loop import AsyncEngine, timing_summary
+from course_kit.models import llama
+
+
+@pytest.fixture(scope="module")
+def model():
+    # untied embeddings: a random tied tiny model tends to repeat its input token, which would
+    # hide a placeholder filled from the wrong row
+    cfg = dataclasses.replace(llama.ModelConfig.from_preset("tiny"), tie_embeddings=False)
+    return llama.Transformer.from_config(cfg, seed=0, dtype=torch.float32, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def prompts(model):
+    g = torch.Generator().manual_seed(0)
+    return [torch.randint(0, model.config.vocab_size, (n,), generator=g).tolist()
+            for n in (5, 9, 3, 12, 7, 20, 2)]
+
+
+@pytest.fixture(scope="module")
+def reference(model, prompts):
+    return llama.generate(model, prompts, 10)
+
+
+@pytest.mark.parametrize("policy", ["continuous", "static"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_greedy_tokens_match_reference(model, prompts, reference, policy, mode):
+    eng = AsyncEngine(model, mode=mode, policy=policy, max_num_seqs=3, block_size=4,
+                      check_invariants=True)
+    outs = eng.generate(prompts, SamplingParams(max_new_tokens=10))
+    assert [o.tokens for o in outs] == reference
+    assert all(o.finish_reason == "length" for o in outs)
+    assert eng.blocks.num_used_blocks == 0
+    t = eng.timing()
+    assert t["tokens"] == 70 and t["steps"] == len(eng.timeline.on("gpu"))
+    assert 0.0 <= t["gpu_idle_fraction"] < 1.0
+
+
+def test_matches_hf_generate(model, prompts):
+    hf = llama.to_hf(model).eval()
+    eng = AsyncEngine(model, mode="async", max_num_seqs=4, block_size=4)
+    outs = eng.generate(prompts[:3], SamplingParams(max_new_tokens=8))
+    for p, o in zip(prompts[:3], outs):
+        with torch.no_grad():
+            ids = hf.generate(torch.tensor([p]), max_new_tokens=8, do_sample=False,
+                              attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                              pad_token_id=0)
+        assert o.tokens == ids[0, len(p):].tolist()
+
+
+def test_eos_sampling_and_preemption_match_sync_engine(model, prompts, reference):
+    eos = reference[1][3]   # request 1 emits it as its 4th token: finishes early in every mode
+    params = ([SamplingParams(max_new_tokens=10)] * 4
+              + [SamplingParams(max_new_tokens=10, temperature=0.8, seed=s) for s in range(3)])
+
+    def run(cls, **kw):
+        eng = cls(model, max_num_seqs=3, block_size=4, num_blocks=12, check_invariants=True, **kw)
+        eng.eos_token_id = eos
+        outs = eng.generate(prompts, params)
+        assert eng.blocks.num_used_blocks == 0
+        return [(o.tokens, o.finish_reason) for o in outs], eng
+
+    base, base_eng = run(Engine)
+    assert base[1] == (reference[1][:4], "eos")
+    assert base_eng.scheduler.num_preemptions > 0       # the workload does force preemption
+    for mode in ("sync", "async"):
+        got, eng = run(AsyncEngine, mode=mode)
+        assert got == base, mode
+        for o in eng.sequences.values():
+            assert -1 not in o.output
+            assert len(o.token_times) == len(o.output)
+
+
+def test_timeline_shapes(model, prompts):
+    eng = AsyncEngine(model, mode="sync", max_num_seqs=4, block_size=4)
+    eng.generate(prompts, SamplingParams(max_new_tokens=4))
+    tl = eng.timeline
+    # sync: step k's inputs are prepared before the device starts it, and the host postprocesses
+    # step k before it schedules k+1
+    prep = {s.name.split()[1]: s for s in tl.on("cpu") if s.name.startswith("prepare")}
+    for g in tl.on("gpu"):
+        assert prep[g.name.split()[1]].end_s <= g.start_s + 1e-6
+    t = timing_summary(tl, 28)
+    assert t["tokens"] == 28 and t["speedup_bound"] >= 1.0
+    assert t["cpu_step_s_median"] > 0 and t["gpu_step_s_median"] > 0
+
+
+def test_bad_mode(model):
+    with pytest.raises(ValueError, match="mode"):
+        AsyncEngine(model, mode="overlap")
+
+
+@pytest.mark.gpu
+def test_gpu_async_matches_sync_engine():
+    m = llama.Transformer.from_preset("smollm-135m", seed=0, dtype=torch.bfloat16, device="cuda")
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, m.config.vocab_size, (int(n),), generator=g).tolist()
+               for n in torch.randint(8, 200, (24,), generator=g)]
+    sp = SamplingParams(max_new_tokens=32, ignore_eos=True)
+    base = [o.tokens for o in Engine(m, max_num_seqs=16).generate(prompts, sp)]
+    for mode in ("sync", "async"):
+        eng = AsyncEngine(m, mode=mode, max_num_seqs=16)
+        got = [o.tokens for o in eng.generate(prompts, sp)]
+        assert got == base, mode
+        t = eng.timing()
+        assert t["steps"] > 0 and "copy" in eng.timeline.lanes
