@@ -229,7 +229,7 @@ def run_topic(name: str, params: dict | None = None) -> dict:
     merged = {"size": d["size"], "device": d["device"], **(params or {})}
     t0 = time.perf_counter()
     out = registry[name].run(merged)
-    record = {"topic": name, "environment": environment(), "params": merged,
+    record = {"topic": name, "environment": environment(), "params": {**merged, **out.get("params", {})},
               "results": out.get("results", []), "summary": out.get("summary", {}),
               "seconds": round(time.perf_counter() - t0, 2)}
     for key, value in out.items():

@@ -59,3 +59,8 @@ def test_format_table():
 
 def test_unsynchronised_time_is_a_host_clock():
     assert bench.unsynchronised_time(lambda: time.sleep(0.001), repeat=3) >= 0.001
+
+
+def test_record_params_include_what_the_topic_used():
+    record = bench.run_topic("roofline", {"copy_mib": 2, "matmul_n": 32, "repeat": 2})
+    assert record["params"]["matmul_n"] == 32 and record["params"]["repeat"] == 2
