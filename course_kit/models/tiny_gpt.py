@@ -165,7 +165,7 @@ def markov_tokens(vocab: int, n_tokens: int, *, seed: int = 0, branching: int = 
     if branching < 1 or branching > vocab:
         raise ValueError(f"branching must be in [1, vocab={vocab}], got {branching}")
     g = torch.Generator().manual_seed(seed)
-    successors = torch.stack([torch.randperm(vocab, generator=g)[:branching] for _ in range(vocab)])
+    successors = torch.randint(vocab, (vocab, branching), generator=g)  # repeats are harmless
     choice = torch.randint(branching, (n_tokens,), generator=g)
     tok = int(torch.randint(vocab, (1,), generator=g))
     succ, out = successors.tolist(), []
