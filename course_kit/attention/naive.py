@@ -80,10 +80,12 @@ def peak_memory(fn: Callable[[], object], device: torch.device | str = "cpu") ->
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out = fn()
     del out
-    events = sorted(prof.events(), key=lambda e: e.time_range.start)
+    # Each op's self memory (its allocations minus its frees, children excluded) is counted when the
+    # op ends: a composite op frees its temporaries after its children allocated them, so counting
+    # at the end keeps the children's allocations in the peak.
+    events = sorted(prof.events(), key=lambda e: e.time_range.end)
     current = peak = 0
     for event in events:
-        # self memory: what this op itself allocated (+) or freed (-), children excluded
         current += event.self_cpu_memory_usage
         peak = max(peak, current)
     return int(peak)

@@ -114,7 +114,7 @@ def _flash_fwd_kernel(Q, K, V, O, LSE,
                       stride_kb, stride_kh, stride_ks,
                       stride_vb, stride_vh, stride_vs,
                       stride_ob, stride_oh, stride_os,
-                      n_q_heads, group, seq_q, seq_k, qk_scale,
+                      n_q_heads, group, seq_q, seq_k, qk_scale, seq_bucket,
                       HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       CAUSAL: tl.constexpr, USE_DESC: tl.constexpr, DOT_F32: tl.constexpr):
     # -- which tile am I? -----------------------------------------------------------------------
@@ -201,8 +201,25 @@ _CONFIGS = [
 ]
 _INTERPRETER_BLOCKS = (32, 32)   # one fixed config: autotuning the interpreter would be very slow
 
-_flash_fwd_tuned = triton.autotune(configs=_CONFIGS,
-                                   key=["seq_q", "seq_k", "HEAD_DIM", "CAUSAL", "USE_DESC"])(_flash_fwd_kernel)
+
+def _prune_configs(configs, named_args, **kwargs):
+    """Every config compiles and is timed once per key, so try only the plausible ones.
+
+    Hopper and newer have the shared memory and the warpgroup MMA that want BLOCK_M=128; older or
+    smaller GPUs (a T4 has 64 KiB of shared memory per SM) keep the small tiles as well.
+    """
+    if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0):
+        return [c for c in configs if c.kwargs["BLOCK_M"] == 128]
+    return configs
+
+
+def seq_bucket(seq_len: int) -> int:
+    """Autotune key for the length: the best tile hardly changes with S, so tune once per bucket."""
+    return 0 if seq_len <= 2048 else 1
+
+
+_flash_fwd_tuned = triton.autotune(configs=_CONFIGS, key=["seq_bucket", "HEAD_DIM", "CAUSAL", "USE_DESC"],
+                                   prune_configs_by={"early_config_prune": _prune_configs})(_flash_fwd_kernel)
 
 _descriptor_failed: str | None = None   # set when a descriptor launch fails, so "auto" stops trying
 
@@ -278,7 +295,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     args = (q, k, v, out, lse,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
-            n_q_heads, n_q_heads // k.shape[1], seq_q, seq_k, scale * LOG2E)
+            n_q_heads, n_q_heads // k.shape[1], seq_q, seq_k, scale * LOG2E, seq_bucket(max(seq_q, seq_k)))
 
     def launch(desc: bool) -> None:
         if desc and q.is_cuda and hasattr(triton, "set_allocator"):
@@ -304,11 +321,11 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     return (out, lse) if return_lse else out
 
 
-def chosen_config(causal: bool, head_dim: int, loader: bool | str = False) -> dict | None:
-    """The autotuner's pick for the last shape tuned with these flags (None before any GPU run)."""
-    use_desc = loader is True or loader == "descriptor"
+def chosen_config(causal: bool, head_dim: int, loader: str = "pointer", seq_len: int = 4096) -> dict | None:
+    """The autotuner's pick for these flags and length (None before any autotuned GPU run)."""
+    wanted = (seq_bucket(seq_len), head_dim, causal, loader == "descriptor")
     for key, cfg in getattr(_flash_fwd_tuned, "cache", {}).items():
-        # the key is (seq_q, seq_k, HEAD_DIM, CAUSAL, USE_DESC, then argument dtypes)
-        if tuple(key[2:5]) == (head_dim, causal, use_desc):
+        # the key is (seq_bucket, HEAD_DIM, CAUSAL, USE_DESC, then the arguments' dtypes)
+        if tuple(key[:4]) == wanted:
             return {**cfg.kwargs, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     return None

@@ -1,0 +1,202 @@
+"""`course-kit bench attention`: naive, tiled, Triton and every SDPA backend, checked then timed.
+
+1. Correctness first: every variant runs on small ragged shapes (GQA, causal and not, head dims 64
+   and 128) and on the acceptance shape, against a float64 reference (and the flash backend).
+2. Then one run times them all with CUDA events on the same inputs: the acceptance configuration
+   (B=4, H=16, S=4096, D=128, causal, bf16, forward), a sweep of S from 1k to 16k, and D=64.
+   Each row records TFLOP/s (causal FLOPs counted as half) and peak memory.
+3. The summary holds the acceptance ratios Triton/flash and Triton/cuDNN from this same run.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from .. import bench
+from ..attention import naive, sdpa_backends, tiled
+
+ACCEPTANCE = {"batch": 4, "heads": 16, "seq_len": 4096, "head_dim": 128, "causal": True}
+SIZES = {
+    # seq_lens swept at head_dim 128; head_dim 64 at `d64_seq_lens`
+    "full": {"batch": 4, "heads": 16, "seq_lens": [1024, 2048, 4096, 8192, 16384], "d64_seq_lens": [1024, 4096, 16384],
+             "naive_max": 8192, "tiled_max": 4096, "repeat": 20},
+    "small_gpu": {"batch": 2, "heads": 8, "seq_lens": [512, 1024, 2048, 4096], "d64_seq_lens": [1024, 4096],
+                  "naive_max": 4096, "tiled_max": 2048, "repeat": 10},
+    "cpu": {"batch": 1, "heads": 4, "seq_lens": [128, 256, 512, 1024], "d64_seq_lens": [256],
+            "naive_max": 1024, "tiled_max": 1024, "repeat": 3},
+    "smoke": {"batch": 1, "heads": 2, "seq_lens": [128, 256, 512], "d64_seq_lens": [], "naive_max": 512,
+              "tiled_max": 512, "repeat": 2},
+}
+SLOW = ("naive", "tiled (PyTorch)", "sdpa math")     # fewer repeats: S^2 memory traffic or Python loops
+
+
+def variants(dev: torch.device, dtype: torch.dtype) -> dict[str, Callable]:
+    """name -> fn(q, k, v, causal) for every variant that can run on this device and dtype."""
+    out: dict[str, Callable] = {
+        "naive": lambda q, k, v, c: naive.naive_attention(q, k, v, causal=c),
+        # large blocks: on a GPU each block step is a few kernel launches from Python
+        "tiled (PyTorch)": lambda q, k, v, c: tiled.tiled_attention(q, k, v, causal=c, block_m=256, block_n=256),
+    }
+    try:
+        from ..attention import triton_flash
+        if dev.type == "cuda":   # under the interpreter Triton is for correctness, not speed
+            out["triton"] = lambda q, k, v, c: triton_flash.flash_attention(q, k, v, causal=c, loader="pointer")
+            q = torch.empty(1, 1, 16, 64, device=dev, dtype=dtype)
+            if triton_flash.descriptor_usable(q, q, q)[0]:
+                out["triton (TMA)"] = lambda q, k, v, c: triton_flash.flash_attention(q, k, v, causal=c,
+                                                                                       loader="descriptor")
+    except ImportError:
+        pass
+    cap = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
+    for name, (ok, _why) in sdpa_backends.backend_support(cap, dtype, 128).items():
+        if ok:
+            out[f"sdpa {name}"] = (lambda b: lambda q, k, v, c: sdpa_backends.sdpa(q, k, v, backend=b, causal=c))(name)
+    if dev.type == "cuda" and sdpa_backends.xformers_available():
+        out["xformers"] = lambda q, k, v, c: sdpa_backends.xformers_attention(q, k, v, causal=c)
+    return out
+
+
+def _inputs(b: int, hq: int, hkv: int, s: int, d: int, dtype: torch.dtype, dev: torch.device, seed: int):
+    g = torch.Generator(device=dev).manual_seed(seed)
+    return tuple(torch.randn(b, h, s, d, generator=g, device=dev, dtype=dtype) for h in (hq, hkv, hkv))
+
+
+def check_all(fns: dict[str, Callable], dev: torch.device, dtype: torch.dtype, small: bool) -> dict[str, dict]:
+    """Max |error| of every variant against float64 on ragged GQA shapes, causal and not."""
+    shapes = [(1, 4, 2, 77, 64), (2, 4, 4, 200, 128)] if small else [(1, 8, 2, 1000, 128), (2, 4, 4, 333, 64)]
+    tol = 3e-2 if dtype == torch.bfloat16 else 5e-3 if dtype == torch.float16 else 1e-4
+    report: dict[str, dict] = {}
+    for i, (b, hq, hkv, s, d) in enumerate(shapes):
+        q, k, v = _inputs(b, hq, hkv, s, d, dtype, dev, seed=i)
+        for causal in (False, True):
+            ref = naive.reference_attention(q, k, v, causal=causal)
+            for name, fn in fns.items():
+                try:
+                    err = (fn(q, k, v, causal).double().cpu() - ref).abs().max().item()
+                except Exception as exc:  # noqa: BLE001 - record, and leave the variant out of timing
+                    report[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+                    continue
+                row = report.setdefault(name, {"ok": True, "max_abs_err": 0.0})
+                if row.get("ok"):
+                    row["max_abs_err"] = max(row["max_abs_err"], err)
+                    row["ok"] = row["max_abs_err"] <= tol
+    for row in report.values():
+        row["tolerance"] = tol
+    return report
+
+
+def io_bytes(name: str, b: int, hq: int, hkv: int, sq: int, sk: int, d: int, elem: int) -> float:
+    """Bytes a variant must move: Q, K, V read and O written; S^2 variants also write and read P."""
+    ideal = elem * (2 * b * hq * sq * d + 2 * b * hkv * sk * d)
+    if name in ("naive", "sdpa math"):
+        return ideal + 4 * b * hq * sq * sk * elem     # scores and probabilities, each written and read
+    return ideal
+
+
+def measure_case(name: str, fn: Callable, shape: dict, dtype: torch.dtype, dev: torch.device,
+                 repeat: int) -> dict:
+    """Time one variant on one shape (inputs rotated between two sets) and measure its peak memory."""
+    b, h, s, d, causal = shape["batch"], shape["heads"], shape["seq_len"], shape["head_dim"], shape["causal"]
+    row = {"variant": name, **shape, "dtype": str(dtype).replace("torch.", "")}
+    elem = torch.finfo(dtype).bits // 8
+    needs = 3 * b * h * s * s * 4 if name in ("naive", "sdpa math") else None   # fp32 scores + bf16 copies
+
+    def run() -> dict:
+        sets = [_inputs(b, h, h, s, d, dtype, dev, seed=10 + i) for i in range(2)]
+        peak = naive.peak_memory(lambda: fn(*sets[0], causal), dev)
+        slow = name in SLOW
+        t = bench.timeit(lambda q, k, v: fn(q, k, v, causal), warmup=1 if slow else 3,
+                         repeat=max(2, repeat // 4) if slow else repeat, inputs=sets, device=dev)
+        flops = naive.attention_flops(b, h, s, s, d, causal=causal)
+        return {"median_s": t.median_s, "spread": t.spread, "tflops": flops / t.median_s / 1e12,
+                "peak_bytes": peak, "flops": flops,
+                "intensity": flops / io_bytes(name, b, h, h, s, s, d, elem)}
+
+    result = bench.guard_oom(run, needs_bytes=needs, what=f"{name} at S={s}")
+    if isinstance(result, bench.Skipped):
+        row["skipped"] = result.reason
+    else:
+        row.update(result)
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    return row
+
+
+def _shapes(cfg: dict, acceptance: dict) -> list[dict]:
+    shapes = [dict(acceptance)]
+    for s in cfg["seq_lens"]:
+        shapes.append({"batch": cfg["batch"], "heads": cfg["heads"], "seq_len": s, "head_dim": 128, "causal": True})
+    for s in cfg["d64_seq_lens"]:
+        shapes.append({"batch": cfg["batch"], "heads": cfg["heads"], "seq_len": s, "head_dim": 64, "causal": True})
+    unique = []
+    for sh in shapes:
+        if sh not in unique:
+            unique.append(sh)
+    return unique
+
+
+def summarise(results: list[dict], checks: dict, acceptance: dict) -> dict:
+    """Acceptance ratios at the acceptance shape, all from this one run."""
+    at = {r["variant"]: r.get("tflops") for r in results if all(r[k] == v for k, v in acceptance.items())}
+    triton = {k: v for k, v in at.items() if k.startswith("triton") and v}
+    summary: dict = {"acceptance_shape": acceptance, "checks_passed": all(c.get("ok") for c in checks.values()),
+                     "tflops_at_acceptance": at}
+    if triton:
+        best = max(triton, key=triton.get)
+        summary["triton_variant"] = best
+        summary["triton_tflops"] = triton[best]
+        for peer, key in (("sdpa flash", "triton_over_flash"), ("sdpa cudnn", "triton_over_cudnn"),
+                          ("sdpa efficient", "triton_over_efficient")):
+            if at.get(peer):
+                summary[key] = triton[best] / at[peer]
+                for name, value in triton.items():
+                    summary[f"{key}[{name}]"] = value / at[peer]
+        summary["meets_flash_target"] = summary.get("triton_over_flash", 0) >= 1.0
+        summary["meets_cudnn_target"] = summary.get("triton_over_cudnn", 0) >= 0.75
+        try:
+            from ..attention import triton_flash
+            summary["triton_config"] = triton_flash.chosen_config(
+                True, acceptance["head_dim"], "descriptor" if best == "triton (TMA)" else "pointer",
+                acceptance["seq_len"])
+            summary["descriptor_fallback"] = triton_flash._descriptor_failed
+        except ImportError:
+            pass
+    return summary
+
+
+@bench.topic("attention", help="naive, tiled, Triton flash attention and SDPA backends: TFLOP/s and memory")
+def run(params: dict) -> dict:
+    size = params.get("size", "smoke")
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {sorted(SIZES)}; got {size!r}")
+    cfg = {**SIZES[size], **{k: v for k, v in params.items() if k in SIZES["full"]}}
+    dev = torch.device(params.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dev.type == "cuda":
+        cap = torch.cuda.get_device_capability(dev)
+        dtype = torch.bfloat16 if cap >= (8, 0) else torch.float16
+    else:
+        dtype = torch.bfloat16
+    dtype = getattr(torch, params["dtype"]) if "dtype" in params else dtype
+    acceptance = dict(ACCEPTANCE) if size == "full" else {
+        "batch": cfg["batch"], "heads": cfg["heads"], "seq_len": cfg["seq_lens"][-1], "head_dim": 128, "causal": True}
+    only = params.get("variants")
+
+    fns = variants(dev, dtype)
+    if only:
+        fns = {k: v for k, v in fns.items() if k in only}
+    checks = check_all(fns, dev, dtype, small=dev.type != "cuda")
+    good = {k: v for k, v in fns.items() if checks.get(k, {}).get("ok")}
+
+    results: list[dict] = []
+    shapes = _shapes(cfg, acceptance)
+    cases = [(name, sh) for sh in shapes for name in good
+             if not (name == "naive" and sh["seq_len"] > cfg["naive_max"])
+             and not (name in ("tiled (PyTorch)", "sdpa math") and sh["seq_len"] > cfg["tiled_max"])]
+    for name, sh in bench.progress(cases, desc="attention"):
+        results.append(measure_case(name, good[name], sh, dtype, dev, cfg["repeat"]))
+
+    params_out = {"size": size, "device": str(dev), "dtype": str(dtype).replace("torch.", ""), **cfg,
+                  "acceptance": acceptance, "variants": list(fns)}
+    return {"params": params_out, "results": results, "summary": summarise(results, checks, acceptance),
+            "checks": checks}
