@@ -1,0 +1,233 @@
+"""Pipeline parallelism: consecutive layers on consecutive ranks, fed with micro-batches.
+
+Rank r holds stage r. A micro-batch's activations flow forward from rank to rank, and its
+gradients flow back. A rank waits while the pipeline fills and drains: with p stages and m
+micro-batches, forward and backward steps of equal length, the idle ("bubble") fraction is
+(p-1)/(m+p-1) for both schedules below.
+
+- GPipe: all m forwards, then all m backwards; every rank keeps m micro-batches of activations.
+- 1F1B: p-r-1 warm-up forwards, then one forward / one backward alternately, then the
+  remaining backwards; rank r keeps at most p-r micro-batches of activations.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+SCHEDULES = ("gpipe", "1f1b")
+
+
+def schedule(kind: str, p: int, m: int, rank: int) -> list[tuple[str, int]]:
+    """The ordered actions ("F" or "B", micro-batch) of stage `rank` of `p`, for m micro-batches."""
+    if kind not in SCHEDULES:
+        raise ValueError(f"schedule={kind!r}; choose one of {SCHEDULES}")
+    if not (p >= 1 and m >= 1 and 0 <= rank < p):
+        raise ValueError(f"need p >= 1, m >= 1 and 0 <= rank < p; got p={p}, m={m}, rank={rank}")
+    if kind == "gpipe":
+        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+    warm = min(p - rank - 1, m)
+    acts = [("F", i) for i in range(warm)]
+    f, b = warm, 0
+    while f < m:
+        acts += [("F", f), ("B", b)]
+        f, b = f + 1, b + 1
+    return acts + [("B", i) for i in range(b, m)]
+
+
+def bubble_theory(p: int, m: int) -> float:
+    """GPipe's bubble fraction (p-1)/(m+p-1)."""
+    if p < 1 or m < 1:
+        raise ValueError(f"need p >= 1 and m >= 1; got p={p}, m={m}")
+    return (p - 1) / (m + p - 1)
+
+
+def simulate(kind: str, p: int, m: int, t_f: float = 1.0, t_b: float = 2.0) -> list[dict]:
+    """Timeline of the schedule with fixed step costs and free communication.
+
+    Each action starts when its rank is free and its input is ready (the previous stage's
+    forward, or the next stage's backward). Returns events {rank, kind, mb, start, end}.
+    """
+    orders = [schedule(kind, p, m, r) for r in range(p)]
+    done: dict[tuple[int, str, int], float] = {}
+    pos, free = [0] * p, [0.0] * p
+    events: list[dict] = []
+    while any(pos[r] < len(orders[r]) for r in range(p)):
+        progressed = False
+        for r in range(p):
+            if pos[r] >= len(orders[r]):
+                continue
+            k, i = orders[r][pos[r]]
+            dep = (r - 1, "F", i) if k == "F" else (r + 1, "B", i)
+            if k == "B" and r == p - 1:
+                dep = (r, "F", i)
+            if k == "F" and r == 0:
+                dep = None
+            if dep is not None and dep not in done:
+                continue
+            start = max(free[r], done[dep] if dep else 0.0)
+            end = start + (t_f if k == "F" else t_b)
+            done[(r, k, i)] = free[r] = end
+            events.append({"rank": r, "kind": k, "mb": i, "start": start, "end": end})
+            pos[r] += 1
+            progressed = True
+        if not progressed:
+            raise RuntimeError(f"schedule {kind} deadlocks for p={p}, m={m}")
+    return events
+
+
+def bubble_of(events: list[dict]) -> float:
+    """Idle fraction: 1 - busy time / (ranks * makespan)."""
+    ranks = {e["rank"] for e in events}
+    t0, t1 = min(e["start"] for e in events), max(e["end"] for e in events)
+    busy = sum(e["end"] - e["start"] for e in events)
+    return 1.0 - busy / (len(ranks) * (t1 - t0))
+
+
+def peak_in_flight(events: list[dict], rank: int) -> int:
+    """Most micro-batches whose activations rank `rank` holds at once (forward done, backward not)."""
+    live, peak = 0, 0
+    for e in sorted((e for e in events if e["rank"] == rank), key=lambda e: e["start"]):
+        live += 1 if e["kind"] == "F" else -1
+        peak = max(peak, live)
+    return peak
+
+
+# --------------------------------------------------------------------- the real pipeline
+
+class Block(nn.Module):
+    """A residual MLP block: x + W2 gelu(W1 norm(x))."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(hidden)
+        self.fc1, self.fc2 = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(nn.functional.gelu(self.fc1(self.norm(x))))
+
+
+def build_model(n_layers: int, hidden: int, seed: int = 0) -> nn.Sequential:
+    torch.manual_seed(seed)
+    return nn.Sequential(*[Block(hidden) for _ in range(n_layers)])
+
+
+def stage_of(model: nn.Sequential, rank: int, p: int) -> nn.Sequential:
+    """Layers [rank*L/p, (rank+1)*L/p) of the model."""
+    n = len(model)
+    if n % p:
+        raise ValueError(f"{n} layers do not split evenly over {p} stages")
+    return model[rank * n // p: (rank + 1) * n // p]
+
+
+def run_pipeline(stage: nn.Module, x: torch.Tensor | None, y: torch.Tensor | None, m: int,
+                 kind: str = "1f1b", hidden: int | None = None,
+                 batch: int | None = None) -> tuple[torch.Tensor | None, list[dict]]:
+    """One training step of the pipeline on this rank: forwards and backwards of m micro-batches.
+
+    Rank 0 gets the inputs `x`, the last rank the targets `y` (loss: mean squared error, averaged
+    over the whole batch). Sends are non-blocking and receives blocking, so a rank only waits
+    for data it needs. Returns (loss on the last rank else None, compute events with host times).
+    """
+    rank, p = dist.get_rank(), dist.get_world_size()
+    dev = next(stage.parameters()).device
+    dtype = next(stage.parameters()).dtype
+    if x is not None:
+        batch, hidden = x.shape
+    if batch is None or hidden is None or batch % m:
+        raise ValueError(f"batch={batch} must be given and divisible by m={m}")
+    mb = batch // m
+    xs = x.chunk(m) if x is not None else None
+    ys = y.chunk(m) if y is not None else None
+    inputs: dict[int, torch.Tensor] = {}
+    outputs: dict[int, torch.Tensor] = {}
+    pending: list[Any] = []
+    events: list[dict] = []
+    loss_total = torch.zeros((), device=dev, dtype=dtype)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    for k, i in schedule(kind, p, m, rank):
+        if k == "F":
+            if rank == 0:
+                inp = xs[i].clone().requires_grad_()
+            else:
+                inp = torch.empty(mb, hidden, device=dev, dtype=dtype)
+                dist.recv(inp, src=rank - 1)
+                inp.requires_grad_()
+            sync()
+            t0 = time.perf_counter()
+            out = stage(inp)
+            if rank == p - 1:
+                out = nn.functional.mse_loss(out, ys[i], reduction="sum") / ys[i].numel() / m
+            sync()
+            t1 = time.perf_counter()
+            inputs[i], outputs[i] = inp, out
+            if rank < p - 1:
+                pending.append(dist.isend(out.detach().contiguous(), dst=rank + 1))
+        else:
+            grad = None
+            if rank < p - 1:
+                grad = torch.empty(mb, hidden, device=dev, dtype=dtype)
+                dist.recv(grad, src=rank + 1)
+            sync()
+            t0 = time.perf_counter()
+            outputs[i].backward(grad)
+            sync()
+            t1 = time.perf_counter()
+            if rank == p - 1:
+                loss_total += outputs[i].detach()
+            if rank > 0:
+                pending.append(dist.isend(inputs[i].grad.contiguous(), dst=rank - 1))
+            del inputs[i], outputs[i]  # this micro-batch's activations are freed now
+        events.append({"rank": rank, "kind": k, "mb": i, "start": t0, "end": t1})
+    for w in pending:
+        w.wait()
+    return (loss_total if rank == p - 1 else None), events
+
+
+def check_pp(rank: int, world_size: int, n_layers: int = 4, hidden: int = 32, batch: int = 16,
+             m: int = 4, seed: int = 0) -> dict[str, Any]:
+    """Loss and gradients of both schedules against one process running the whole model."""
+    torch.manual_seed(seed + 1)
+    x, y = torch.randn(batch, hidden), torch.randn(batch, hidden)
+    ref = build_model(n_layers, hidden, seed)
+    ref_loss = nn.functional.mse_loss(ref(x), y)
+    ref_loss.backward()
+    ref_grads = [q.grad for q in stage_of(ref, rank, world_size).parameters()]
+    out: dict[str, Any] = {}
+    for kind in SCHEDULES:
+        stage = stage_of(build_model(n_layers, hidden, seed), rank, world_size)
+        loss, _ = run_pipeline(stage, x if rank == 0 else None, y if rank == world_size - 1 else None,
+                               m, kind, hidden=hidden, batch=batch)
+        if loss is not None:
+            out[f"{kind}_loss"] = float((loss - ref_loss.detach()).abs() / ref_loss.detach().abs())
+        out[f"{kind}_grads"] = max(float((a - q.grad).abs().max() / a.abs().max())
+                                   for a, q in zip(ref_grads, stage.parameters()))
+    return out
+
+
+def measure_pp(rank: int, world_size: int, kind: str = "1f1b", m: int = 4, n_layers: int = 4,
+               hidden: int = 256, batch: int = 256, repeat: int = 3,
+               seed: int = 0) -> list[dict]:
+    """Real timelines of a few steps (the last one returned), times relative to its start."""
+    dev = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" \
+        else torch.device("cpu")
+    stage = stage_of(build_model(n_layers, hidden, seed), rank, world_size).to(dev)
+    torch.manual_seed(seed + 1)
+    x = torch.randn(batch, hidden, device=dev)
+    y = torch.randn(batch, hidden, device=dev)
+    events: list[dict] = []
+    for _ in range(repeat):
+        dist.barrier()
+        t_start = time.perf_counter()
+        _, events = run_pipeline(stage, x if rank == 0 else None,
+                                 y if rank == world_size - 1 else None, m, kind,
+                                 hidden=hidden, batch=batch)
+        for e in events:
+            e["start"] -= t_start
+            e["end"] -= t_start
+    gathered: list[Any] = [None] * world_size
+    dist.all_gather_object(gathered, events)
+    return [e for evs in gathered for e in evs]

@@ -1,0 +1,113 @@
+"""The course model (course_kit.models.llama) under tensor parallelism.
+
+`shard_llama(model)` returns this rank's `TPTransformer`: the same class of model, built from a
+config with n_heads/n query heads, its K/V heads and ffn_dim/n, so that every method of the
+course model (prefill, decode, generate, CUDA-graph capture) runs unchanged on the shards.
+Only three things differ, all Megatron-style:
+- wqkv and w13 keep this rank's rows (whole heads, a slice of the FFN): column parallel;
+- wo and w2 keep the matching columns and sum the ranks' partial outputs: row parallel, one
+  all-reduce each, two per layer;
+- the output head keeps a slice of the vocabulary and all-gathers the logits.
+The embedding table and the norms are replicated.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..models import llama
+from .comm import gather_from_tp_region, world
+from .tensor import RowParallelLinear, kv_heads_of_rank
+
+
+class TPTransformer(llama.Transformer):
+    """A shard of the course model; `logits` gathers the vocabulary slices of all ranks."""
+
+    def __init__(self, cfg: llama.ModelConfig, vocab_shard: int, group: Any = None):
+        super().__init__(cfg)
+        self.group = group
+        self.output = None  # the head is the vocabulary slice below, tied or not
+        self.lm_head = torch.nn.Parameter(torch.empty(vocab_shard, cfg.dim))
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        return gather_from_tp_region(F.linear(h, self.lm_head), self.group)
+
+
+def local_config(cfg: llama.ModelConfig, rank: int, n: int) -> llama.ModelConfig:
+    """This rank's config: its share of query heads, K/V heads and FFN width."""
+    if cfg.ffn_dim % n or cfg.vocab_size % n:
+        raise ValueError(f"tp={n} must divide ffn_dim={cfg.ffn_dim} and vocab_size={cfg.vocab_size}")
+    kv = kv_heads_of_rank(cfg.n_heads, cfg.n_kv_heads, rank, n)
+    return replace(cfg, n_heads=cfg.n_heads // n, n_kv_heads=len(kv), ffn_dim=cfg.ffn_dim // n,
+                   head_dim=cfg.head_dim, name=f"{cfg.name}-tp{n}")
+
+
+def shard_llama(model: llama.Transformer, group: Any = None,
+                device: str | torch.device | None = None) -> TPTransformer:
+    """This rank's tensor-parallel shard of `model` (which every rank holds in full)."""
+    rank, n = world(group)
+    cfg = model.config
+    w = model.tok_embeddings.weight
+    dev = torch.device(device) if device is not None else w.device
+    local = local_config(cfg, rank, n)
+    # built directly on the device (its random init is overwritten below); the meta device
+    # would avoid the init but costs seconds on its first use in a process
+    with torch.device(dev):
+        tp = TPTransformer(local, cfg.vocab_size // n, group).to(w.dtype)
+    with torch.no_grad():
+        _copy_shards(model, tp, rank, n, group)
+    return tp.eval()
+
+
+def _copy_shards(model: llama.Transformer, tp: TPTransformer, rank: int, n: int,
+                 group: Any) -> None:
+    cfg, local = model.config, tp.config
+    w = model.tok_embeddings.weight
+    dev = tp.tok_embeddings.weight.device
+    tp.inv_freq = llama.rope_inv_freq(local).to(dev)
+    tp.decode_attention, tp.paged_attention = model.decode_attention, model.paged_attention
+
+    d, hq = cfg.head_dim, local.n_heads
+    kv = kv_heads_of_rank(cfg.n_heads, cfg.n_kv_heads, rank, n)
+    q_rows = slice(rank * hq * d, (rank + 1) * hq * d)
+    k0, v0 = cfg.n_heads * d, (cfg.n_heads + cfg.n_kv_heads) * d
+    k_rows = slice(k0 + kv.start * d, k0 + kv.stop * d)
+    v_rows = slice(v0 + kv.start * d, v0 + kv.stop * d)
+    f = local.ffn_dim
+    ffn = slice(rank * f, (rank + 1) * f)
+
+    tp.tok_embeddings.weight.copy_(w)
+    tp.norm.weight.copy_(model.norm.weight)
+    head = w if model.output is None else model.output.weight
+    tp.lm_head.copy_(head.chunk(n, dim=0)[rank])
+    for src, dst in zip(model.layers, tp.layers):
+        dst.attention_norm.weight.copy_(src.attention_norm.weight)
+        dst.ffn_norm.weight.copy_(src.ffn_norm.weight)
+        wqkv = src.attention.wqkv.weight
+        dst.attention.wqkv.weight.copy_(torch.cat([wqkv[q_rows], wqkv[k_rows], wqkv[v_rows]]))
+        dst.attention.wo = RowParallelLinear(src.attention.wo.weight[:, q_rows].clone().to(dev),
+                                             group=group)
+        w13 = src.feed_forward.w13.weight
+        fd = cfg.ffn_dim
+        dst.feed_forward.w13.weight.copy_(torch.cat([w13[ffn], w13[fd + ffn.start: fd + ffn.stop]]))
+        dst.feed_forward.w2 = RowParallelLinear(src.feed_forward.w2.weight[:, ffn].clone().to(dev),
+                                                group=group)
+
+
+def check_tp_llama(rank: int, world_size: int, preset: str = "tiny", new_tokens: int = 8,
+                   seed: int = 0) -> dict[str, Any]:
+    """Greedy tokens and logits of the sharded course model against the unsharded one."""
+    model = llama.Transformer.from_preset(preset, seed=seed, dtype=torch.float32)
+    tp = shard_llama(model)
+    torch.manual_seed(seed)
+    prompts = torch.randint(0, model.config.vocab_size, (2, 7)).tolist()
+    ref = llama.generate(model, prompts, new_tokens)
+    got = llama.generate(tp, prompts, new_tokens)
+    x = torch.tensor(prompts)
+    with torch.no_grad():
+        a, b = model(x), tp(x)
+    return {"tokens_equal": ref == got, "tokens": got,
+            "logits_err": float((a - b).abs().max() / a.abs().max())}
