@@ -157,7 +157,7 @@ class Engine:
         bar = None
         if progress:
             from ..bench import progress as _progress
-            bar = _progress(total=sum(p.max_new_tokens for p in params), desc=f"{self.config.policy}")
+            bar = _progress(None, total=sum(p.max_new_tokens for p in params), desc=f"{self.config.policy}")
         while nxt < len(order) or self.has_unfinished():
             now = self.now()
             while nxt < len(order) and (arrivals is None or arrivals[order[nxt]] <= now):

@@ -1,0 +1,224 @@
+"""`course-kit bench batching`: static vs dynamic vs continuous batching, and the HF peers.
+
+One workload (seeded): `n_requests` prompts and output lengths uniform in the given ranges, EOS
+ignored, all arriving at t=0 (offline throughput). Every policy runs it in the engine with the
+same number of batch slots. The peers run a subset of it (HF is slow; throughput is tokens per
+second on the same distribution of lengths), and the engine runs that same subset too, so each
+ratio compares the same requests:
+- HF `generate`: static batches of `max_num_seqs`, left-padded, each batch generating until its
+  longest request is done (only requested tokens are counted);
+- HF `generate_batch` machinery (continuous batching, transformers >= 5): its manager with CUDA
+  graphs on, the best attention it finds (flash if installed, else SDPA), default settings
+  otherwise; requests added one by one so each keeps its own output length.
+
+Correctness first: in fp32, every policy's greedy tokens must equal HF `generate` on a few
+requests; in the timed dtype, the agreement with HF is reported.
+"""
+from __future__ import annotations
+
+import inspect
+import time
+
+import torch
+
+from .. import bench
+from ..engine import Engine, SamplingParams, trace
+from ..engine.metrics import block_usage, slot_intervals
+from ..models import llama
+
+POLICIES = ("static", "dynamic", "continuous")
+
+
+def _defaults(size: str, cuda: bool) -> dict:
+    if cuda and size in ("full", "small_gpu"):
+        return {"preset": "smollm-135m", "dtype": "bfloat16", "n_requests": 256, "prompt_len": [100, 1024],
+                "output_len": [100, 1024], "seed": 0, "max_num_seqs": 64, "block_size": 16,
+                "max_num_batched_tokens": 2048, "max_wait_s": 0.02, "peer_requests": 64,
+                "check_requests": 4, "check_tokens": 24, "wide_slots": 256}
+    return {"preset": "tiny", "dtype": "float32", "n_requests": 12, "prompt_len": [4, 40], "output_len": [4, 40],
+            "seed": 0, "max_num_seqs": 4, "block_size": 16, "max_num_batched_tokens": 64, "max_wait_s": 0.02,
+            "peer_requests": 4, "check_requests": 2, "check_tokens": 6, "wide_slots": 0}
+
+
+def _hf_generate_greedy(hf, prompt: list[int], n: int) -> list[int]:
+    dev = hf.device
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([prompt], device=dev), max_new_tokens=n, min_new_tokens=n, do_sample=False)
+    return out[0, len(prompt):].tolist()
+
+
+def hf_generate_static(hf, prompts: list[list[int]], news: list[int], batch: int, pad_id: int = 0) -> list[list[int]]:
+    """HF generate in left-padded batches of `batch`, each to its longest requested output."""
+    dev, outs = hf.device, []
+    for s in range(0, len(prompts), batch):
+        ps, ns = prompts[s:s + batch], news[s:s + batch]
+        width = max(len(p) for p in ps)
+        ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in ps], device=dev)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ps], device=dev)
+        with torch.no_grad():
+            out = hf.generate(ids, attention_mask=mask, max_new_tokens=max(ns), min_new_tokens=max(ns),
+                              do_sample=False, pad_token_id=pad_id)
+        outs += [out[i, width:width + n].tolist() for i, n in enumerate(ns)]
+    return outs
+
+
+def hf_generate_batch(hf, prompts: list[list[int]], news: list[int]) -> tuple[list[list[int]], dict]:
+    """HF continuous batching, configured at its best here; returns tokens and the settings used."""
+    from transformers import GenerationConfig
+    gen = GenerationConfig(do_sample=False, max_new_tokens=max(news), eos_token_id=-1)
+    settings: dict = {}
+    kwargs: dict = {"generation_config": gen, "block": True, "timeout": 10}
+    cm = hf.continuous_batching_context_manager
+    sig = inspect.signature(cm).parameters
+    try:
+        from transformers.generation.configuration_utils import ContinuousBatchingConfig
+    except ImportError:
+        ContinuousBatchingConfig = None
+    cuda = hf.device.type == "cuda"
+    if ContinuousBatchingConfig is not None and "continuous_batching_config" in sig:
+        fields = inspect.signature(ContinuousBatchingConfig).parameters
+        cfg = {k: v for k, v in {"use_cuda_graph": cuda, "auto_switch_to_flash": True}.items() if k in fields}
+        kwargs["continuous_batching_config"] = ContinuousBatchingConfig(**cfg)
+        settings.update(cfg)
+    else:   # older releases kept these settings on the GenerationConfig
+        gen.use_cuda_graph = cuda
+        settings["use_cuda_graph"] = cuda
+    if "warmup" in sig:
+        kwargs["warmup"] = True
+    if "workload_hints" in sig:
+        from transformers.generation.continuous_batching.utils import WorkloadHints
+        kwargs["workload_hints"] = WorkloadHints(max_prompt_length=max(len(p) for p in prompts),
+                                                 max_generated_length=max(news), num_requests=len(prompts))
+    results: dict[str, list[int]] = {}
+    with cm(**kwargs) as manager:
+        for i, (p, n) in enumerate(zip(prompts, news)):
+            manager.add_request(p, request_id=f"r{i}", max_new_tokens=n)
+        deadline = time.time() + 3600
+        while len(results) < len(prompts) and time.time() < deadline:
+            r = manager.get_result(timeout=1)
+            if r is not None and r.is_finished():
+                if getattr(r, "error", None):
+                    raise RuntimeError(f"generate_batch failed on {r.request_id}: {r.error}")
+                results[r.request_id] = list(r.generated_tokens)
+    settings["attn_implementation"] = hf.config._attn_implementation
+    return [results.get(f"r{i}", []) for i in range(len(prompts))], settings
+
+
+def _downsample(xs: list, n: int = 400) -> list:
+    step = max(1, len(xs) // n)
+    return xs[::step]
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+@bench.topic("batching", help="static vs dynamic vs continuous batching; HF generate and generate_batch peers")
+def run(params: dict) -> dict:
+    cuda = torch.cuda.is_available() and str(params.get("device", "cuda")).startswith("cuda")
+    p = {**_defaults(params.get("size", "cpu"), cuda), **{k: v for k, v in params.items() if k not in ("size", "device")}}
+    dev = "cuda" if cuda else "cpu"
+    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[p["dtype"]]
+    model = llama.Transformer.from_preset(p["preset"], seed=p["seed"], dtype=dtype, device=dev)
+    vocab = model.config.vocab_size
+    work = trace.synthetic(p["n_requests"], tuple(p["prompt_len"]), tuple(p["output_len"]), vocab, seed=p["seed"])
+    prompts = [r.prompt for r in work]
+    news = [r.max_new_tokens for r in work]
+    engine_opts = dict(max_num_seqs=p["max_num_seqs"], block_size=p["block_size"],
+                       max_num_batched_tokens=p["max_num_batched_tokens"], max_wait_s=p["max_wait_s"])
+
+    # ---- correctness: fp32, every policy token-identical to HF generate
+    k, kt = p["check_requests"], p["check_tokens"]
+    m32 = llama.Transformer.from_preset(p["preset"], seed=p["seed"], dtype=torch.float32, device=dev)
+    hf32 = llama.to_hf(m32)
+    check_prompts = [pr[:64] for pr in prompts[:k]]
+    ref = [_hf_generate_greedy(hf32, pr, kt) for pr in check_prompts]
+    checks = {}
+    for policy in POLICIES:
+        got = Engine(m32, policy=policy, **engine_opts, check_invariants=True).generate(
+            check_prompts, SamplingParams(max_new_tokens=kt))
+        checks[policy] = [o.tokens for o in got] == ref
+        if not checks[policy]:
+            raise AssertionError(f"policy {policy}: fp32 greedy tokens differ from HF generate")
+    del m32, hf32
+    hf = llama.to_hf(model)
+    hf_ref = [_hf_generate_greedy(hf, pr, kt) for pr in check_prompts]
+    eng_tok = [o.tokens for o in Engine(model, **engine_opts).generate(check_prompts, SamplingParams(max_new_tokens=kt))]
+    agree = sum(a == b for x, y in zip(eng_tok, hf_ref) for a, b in zip(x, y)) / max(1, sum(len(x) for x in hf_ref))
+
+    # ---- timed runs
+    results, timelines = [], {}
+    sampling = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in news]
+
+    def run_engine(name, policy, ps, ss, slots):
+        eng = Engine(model, policy=policy, **{**engine_opts, "max_num_seqs": slots})
+        eng.generate(ps[:2], [SamplingParams(max_new_tokens=4)] * 2)       # warm-up (graphs, kernels)
+        _sync()
+        outs = eng.generate(ps, ss, progress=True)
+        _sync()
+        s = eng.summary(outs)
+        assert all(len(o.tokens) == sp.max_new_tokens for o, sp in zip(outs, ss)), f"{name}: short outputs"
+        eng.blocks.check_invariants()
+        assert eng.blocks.num_used_blocks == 0, f"{name}: blocks leaked"
+        results.append({"name": name, "policy": policy, "requests": len(ps), "max_num_seqs": slots, **s})
+        timelines[name] = {"intervals": slot_intervals(eng.steps) if len(ps) <= 512 else [],
+                           "blocks": {k2: _downsample(v) for k2, v in block_usage(eng.steps, eng.blocks.num_blocks).items()}}
+        del eng
+        torch.cuda.empty_cache() if cuda else None
+        return s
+
+    thr = {}
+    for policy in POLICIES:
+        thr[policy] = run_engine(policy, policy, prompts, sampling, p["max_num_seqs"])["throughput_tok_s"]
+    if p.get("wide_slots"):
+        thr["continuous_wide"] = run_engine(f"continuous ({p['wide_slots']} slots)", "continuous", prompts,
+                                            sampling, p["wide_slots"])["throughput_tok_s"]
+
+    # ---- peers on a subset, and the engine on the same subset
+    n_peer = min(p["peer_requests"], len(prompts))
+    sub_p, sub_n = prompts[:n_peer], news[:n_peer]
+    sub_tokens = sum(sub_n)
+    eng_sub = run_engine(f"continuous ({n_peer} requests)", "continuous", sub_p, sampling[:n_peer],
+                         p["max_num_seqs"])["throughput_tok_s"]
+
+    def peer(name, fn):
+        fn(sub_p[:2], [4, 4])                                                  # warm-up
+        _sync()
+        t0 = time.perf_counter()
+        out = fn(sub_p, sub_n)
+        _sync()
+        dt = time.perf_counter() - t0
+        toks = out[0] if isinstance(out, tuple) else out
+        if [len(t) for t in toks] != sub_n:
+            raise AssertionError(f"{name}: output lengths differ from the requested ones")
+        extra = out[1] if isinstance(out, tuple) else {}
+        results.append({"name": name, "policy": "peer", "requests": n_peer, "duration_s": dt,
+                        "output_tokens": sub_tokens, "throughput_tok_s": sub_tokens / dt, **extra})
+        return sub_tokens / dt
+
+    thr_gen = peer("HF generate (static, padded)", lambda ps, ns: hf_generate_static(hf, ps, ns, p["max_num_seqs"]))
+    try:
+        thr_cb = peer("HF generate_batch (continuous)", lambda ps, ns: hf_generate_batch(hf, ps, ns))
+    except (AttributeError, ImportError) as err:     # transformers without continuous batching
+        results.append({"name": "HF generate_batch (continuous)", "skipped": f"{type(err).__name__}: {err}"})
+        thr_cb = float("nan")
+
+    best = max(thr.values())
+    summary = {
+        "correct_fp32": checks,
+        "bf16_token_agreement_with_hf" if dtype != torch.float32 else "token_agreement_with_hf": agree,
+        "throughput_tok_s": thr,
+        "continuous_vs_static": thr["continuous"] / thr["static"],
+        "dynamic_vs_static": thr["dynamic"] / thr["static"],
+        "continuous_vs_static_target": 1.6,
+        "peer_subset_requests": n_peer,
+        "engine_subset_tok_s": eng_sub,
+        "engine_vs_hf_generate": eng_sub / thr_gen,
+        "engine_vs_hf_generate_batch": eng_sub / thr_cb,
+        "engine_vs_hf_generate_batch_target": 10.0,
+        "engine_best_tok_s": best,
+        "pass_continuous_vs_static": thr["continuous"] / thr["static"] >= 1.6,
+        "pass_engine_vs_generate_batch": eng_sub / thr_cb >= 10.0,
+    }
+    return {"params": p, "results": results, "summary": summary, "timelines": timelines}
