@@ -111,3 +111,21 @@ def test_gpu_async_matches_sync_engine():
         assert got == base, mode
         t = eng.timing()
         assert t["steps"] > 0 and "copy" in eng.timeline.lanes
+
+
+def test_bench_topic_runs_on_cpu_and_headline_rule():
+    from course_kit import bench
+    from course_kit.benchmarks import async_engine
+    rec = bench.run_topic("async", {"size": "smoke", "batches": [2], "new_tokens": 4})
+    assert rec["summary"]["tokens_identical"] is True
+    assert {r["mode"] for r in rec["results"]} == {"sync", "async"}
+    assert set(rec["timelines"]) == {"tiny/b2/sync", "tiny/b2/async"}
+    rows = [{"model": "m", "batch": 8, "mode": "sync", "idle": 0.20, "tokens_per_s": 100.0},
+            {"model": "m", "batch": 8, "mode": "async", "idle": 0.02, "tokens_per_s": 122.0},
+            {"model": "m", "batch": 64, "mode": "sync", "idle": 0.05, "tokens_per_s": 100.0},
+            {"model": "m", "batch": 64, "mode": "async", "idle": 0.01, "tokens_per_s": 101.0}]
+    h = async_engine.headline(rows)
+    assert h["batch"] == 8 and h["idle_removed"] == pytest.approx(0.18)
+    assert h["throughput_gain"] == pytest.approx(0.22)
+    assert h["pass_async_idle_le_3pct"] and h["pass_gain_ge_0.9x_idle_removed"]
+    assert async_engine.headline(rows[2:]) is None

@@ -68,9 +68,12 @@ class AsyncEngine(Engine):
     """`Engine` with the step loop overlapped (mode="async") or not (mode="sync")."""
 
     def __init__(self, model, config: EngineConfig | None = None, mode: str = "async",
-                 **overrides: Any) -> None:
+                 device_threads: int = 1, **overrides: Any) -> None:
         if mode not in MODES:
             raise ValueError(f"mode={mode!r}; choose one of {MODES}")
+        if device_threads < 1:
+            raise ValueError(f"device_threads={device_threads}; it must be >= 1")
+        self.device_threads = device_threads
         super().__init__(model, config, **overrides)
         self.mode = mode
         self.backend = "cuda" if self.runner.device.type == "cuda" else "thread"
@@ -80,6 +83,7 @@ class AsyncEngine(Engine):
         self._k = 0
         self.recorder = EventRecorder(enabled_gpu=self.backend == "cuda")
         self.timeline = Timeline()
+        self._last_tokens = 0
 
     # ---- the loop -----------------------------------------------------------------------
     def warmup(self) -> None:
@@ -124,9 +128,17 @@ class AsyncEngine(Engine):
 
     def generate(self, prompts: list[list[int]], sampling=None, arrivals=None,
                  progress: bool = False) -> list[RequestOutput]:
+        self._last_tokens = 0
+        # CPU backend: the worker thread is the "GPU" and the host thread needs its own core, so
+        # torch runs its ops on one thread (two OpenMP threads would fight the host for cores)
+        threads = torch.get_num_threads()
+        if self.backend == "thread":
+            torch.set_num_threads(self.device_threads)
         try:
             outs = super().generate(prompts, sampling, arrivals, progress)
+            self._last_tokens = sum(len(o.tokens) for o in outs)
         finally:
+            torch.set_num_threads(threads)
             self.timeline = self.recorder.finish()
             if self._device is not None:
                 self._device.close()
@@ -163,9 +175,9 @@ class AsyncEngine(Engine):
             if i == n_ones:
                 offset = inputs.batch.num_decode   # padding rows sit between decodes and prefills
             seq, n = item.seq, item.num_tokens
-            start = seq.num_computed
-            for p in range(start, start + n):
-                if seq.tokens[p] == PLACEHOLDER:
+            start, n_prompt = seq.num_computed, len(seq.prompt)
+            for p in range(max(start, n_prompt), start + n):   # placeholders are outputs
+                if seq.output[p - n_prompt] == PLACEHOLDER:
                     row, out_idx = src_of.get(id(seq), (None, None))
                     if row is None or out_idx != p - len(seq.prompt):
                         raise RuntimeError(f"request {seq.request_id!r}: placeholder at position "
@@ -288,7 +300,7 @@ class AsyncEngine(Engine):
     # ---- what the timeline says ---------------------------------------------------------
     def timing(self) -> dict:
         """Per-step CPU and GPU time, GPU idle gaps and fraction, over the last `generate`."""
-        return timing_summary(self.timeline, sum(len(s.output) for s in self.sequences.values()))
+        return timing_summary(self.timeline, self._last_tokens)
 
 
 def timing_summary(tl: Timeline, n_tokens: int) -> dict:
