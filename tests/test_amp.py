@@ -147,3 +147,26 @@ def test_training_runs_every_mode_and_learns():
     assert res["bf16"].saved_bytes < res["fp32"].saved_bytes
     assert res["fp32"].scales == [1.0] * 25
     assert math.log(64) == pytest.approx(res["fp32"].losses[0], abs=0.3)
+
+
+@pytest.mark.gpu
+def test_gpu_scaler_matches_gradscaler_on_cuda():
+    steps, kw = 16, dict(init_scale=2.0**30, growth_interval=4)
+    data = tiny_gpt.batches(tiny_gpt.markov_tokens(64, 4096, seed=2), 4, 32, steps, seed=2, device="cuda")
+    runs, models = {}, {}
+    for which in ("torch", "course"):
+        models[which] = tiny_gpt.TinyGPT.from_preset("smoke", seed=2, device="cuda")
+        runs[which] = amp.train("fp16_scaler", steps=steps, scaler=which, scaler_kwargs=kw, device="cuda",
+                                model=models[which], data=data, track_grads=False)
+    assert runs["course"].scales == runs["torch"].scales
+    assert sum(runs["torch"].skipped) > 0
+    for p, q in zip(models["torch"].parameters(), models["course"].parameters()):
+        assert torch.equal(p, q)
+
+
+@pytest.mark.gpu
+def test_gpu_every_mode_trains_and_records_memory():
+    res = amp.compare(list(amp.PRECISIONS), steps=6, batch=4, device="cuda", preset="smoke")
+    for name, r in res.items():
+        assert r.peak_mem_bytes and r.peak_mem_bytes > 0, name
+        assert all(x == x for x in r.losses), name

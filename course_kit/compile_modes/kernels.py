@@ -1,0 +1,42 @@
+"""Kernels launched per call, from the profiler (GPU), and the top kernels for explanations."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+# Host-side API calls that launch work on the GPU: one per eager kernel, one per CUDA-graph replay.
+_LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx",
+                 "cudaGraphLaunch", "cuGraphLaunch")
+
+
+def _device_time_us(evt: Any) -> float:
+    for attr in ("device_time_total", "cuda_time_total"):  # renamed in torch 2.4+
+        if hasattr(evt, attr):
+            return float(getattr(evt, attr))
+    return 0.0
+
+
+def profile_launches(fn: Callable, *args: Any, calls: int = 3, top: int = 8) -> dict:
+    """Profile `calls` calls of fn(*args) (already warmed up) on a GPU: launch calls and GPU kernels
+    per call, and the `top` kernels by GPU time."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("profile_launches needs a CUDA GPU")
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn(*args)
+        torch.cuda.synchronize()
+    launches, kernels, rows = 0, 0, []
+    for evt in prof.key_averages():
+        if evt.key in _LAUNCH_CALLS:
+            launches += evt.count
+        elif evt.device_type == torch.autograd.DeviceType.CUDA and "memcpy" not in evt.key.lower() \
+                and "memset" not in evt.key.lower():
+            kernels += evt.count
+            rows.append({"kernel": evt.key[:120], "count": evt.count / calls,
+                         "gpu_us_per_call": _device_time_us(evt) / calls})
+    rows.sort(key=lambda r: -r["gpu_us_per_call"])
+    return {"launch_calls_per_call": launches / calls, "gpu_kernels_per_call": kernels / calls,
+            "top_kernels": rows[:top]}

@@ -1,0 +1,152 @@
+"""course_kit.compile_modes on CPU: mode names, graph breaks, recompiles, generated C++ code and
+fusion, the decode/training workloads; GPU tests (marked gpu) check reduce-overhead and profiling."""
+import pytest
+import torch
+
+from course_kit import compile_modes as cm
+from course_kit.compile_modes import graphs, workloads
+from course_kit.models import tiny_gpt
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+    torch._dynamo.reset()
+
+
+def test_bad_mode_lists_valid_modes():
+    with pytest.raises(ValueError) as e:
+        cm.compile_with_mode(torch.relu, "turbo")
+    for m in cm.MODES:
+        assert m in str(e.value)
+    with pytest.raises(ValueError, match="reduce-overhead"):
+        cm.measure_modes(torch.relu, [(torch.ones(2),)], modes=["eager", "fast"])
+    with pytest.raises(ValueError, match="mark_dynamic"):
+        cm.count_compiles(torch.relu, [(2,)], dynamic="sometimes")
+
+
+def test_eager_is_the_function_itself():
+    assert cm.compile_with_mode(torch.relu, "eager") is torch.relu
+
+
+def test_graph_breaks_reported_by_explain():
+    x, w = torch.randn(8, 16), torch.randn(16, 32)
+    clean = cm.graph_report(graphs.mlp_block, x)
+    assert clean["graphs"] == 1 and clean["graph_breaks"] == 0 and clean["ops"] > 0
+    r = cm.graph_report(graphs.forward_with_print, x, w)
+    assert r["graph_breaks"] >= 1 and r["graphs"] == r["graph_breaks"] + 1
+    assert len(r["break_reasons"]) == r["graph_breaks"]
+    r2 = cm.graph_report(graphs.forward_with_branch, x, w)
+    assert r2["graph_breaks"] >= 2
+
+
+def test_fullgraph_detects_breaks():
+    x, w = torch.randn(8, 16), torch.randn(16, 32)
+    ok, err = cm.compiles_fullgraph(graphs.forward_with_branch, x, w)
+    assert not ok and err
+    assert cm.compiles_fullgraph(graphs.mlp_block, x) == (True, "")
+
+
+def test_recompiles_per_dynamic_choice():
+    shapes = [(8, 16), (12, 16), (20, 16), (33, 16)]
+    got = {d: cm.count_compiles(graphs.mlp_block, shapes, d)["compiles"] for d in cm.DYNAMIC_CHOICES}
+    assert got["static"] == len(shapes)   # one graph per shape
+    assert got["automatic"] == 2          # static first, then one dynamic recompile
+    assert got["dynamic"] == 1
+    assert got["mark_dynamic"] == 1
+
+
+def test_generated_cpp_code_fuses_bias_gelu_residual():
+    """One Inductor compile on CPU: one fused C++ kernel instead of three eager ops, right values."""
+    g = torch.Generator().manual_seed(0)
+    x, b, r = torch.randn(64, 128, generator=g), torch.randn(128, generator=g), torch.randn(64, 128, generator=g)
+    out, code = cm.generated_code(cm.bias_gelu_residual, x, b, r)
+    torch.testing.assert_close(out, cm.bias_gelu_residual(x, b, r), rtol=1e-5, atol=1e-5)
+    s = cm.fusion_summary(code, cm.bias_gelu_residual, x, b, r)
+    assert s["eager_ops"] == ["add", "gelu", "add"]
+    assert len(s["kernels"]) == 1 and s["language"] == "C++"
+    name = s["kernels"][0]
+    assert "gelu" in s["fused"][name] and "add" in s["fused"][name]
+    assert "extern \"C\"" in cm.kernel_source(code, name)
+    assert s["traffic_bytes"]["eager"] > 2 * s["traffic_bytes"]["fused"]
+    with pytest.raises(ValueError, match=name):
+        cm.kernel_source(code, "nope")
+
+
+def test_measure_modes_on_cpu_skips_gpu_modes():
+    res = cm.measure_modes(torch.nn.functional.gelu, [(torch.randn(32, 32),)], modes=["eager", "reduce-overhead"],
+                           repeat=3)
+    assert res["eager"].steady_s > 0 and res["eager"].compile_s is not None
+    assert res["eager"].as_dict()["speedup_vs_eager"] == pytest.approx(1.0)
+    assert "CUDA" in res["reduce-overhead"].skipped
+
+
+def test_decode_step_matches_full_forward():
+    step, inputs = workloads.decode_setup("smoke", device="cpu", dtype=torch.float32, positions=12)
+    ref = workloads.decode_reference(step, inputs)
+    tokens = torch.cat([t for t, _ in inputs])[None]
+    full = step.model(tokens)[0]
+    torch.testing.assert_close(ref[:, 0], full, rtol=1e-4, atol=1e-5)
+    assert all(float(kv.abs().sum()) == 0 for kv in step.caches())  # reset after the reference
+
+
+def test_decode_step_is_one_graph():
+    step, inputs = workloads.decode_setup("smoke", device="cpu", dtype=torch.float32, positions=2)
+    r = cm.graph_report(step, *inputs[0])
+    assert r["graph_breaks"] == 0
+
+
+def test_train_step_learns_on_cpu():
+    model, opt, data = workloads.train_setup("smoke", device="cpu", batch=4, steps=12)
+    step = workloads.make_train_step(model, opt, device_type="cpu")
+    for g in opt.param_groups:
+        g["lr"] = 1e-2
+    losses = [float(step(d)) for d in data]
+    assert losses[-1] < losses[0]
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_tiny_gpt_presets_and_errors():
+    for name, cfg in tiny_gpt.PRESETS.items():
+        with torch.device("meta"):
+            m = tiny_gpt.TinyGPT(cfg)
+        assert sum(p.numel() for p in m.parameters()) == cfg.n_params(), name
+    assert 2e8 < tiny_gpt.PRESETS["full"].n_params() < 6e8
+    with pytest.raises(ValueError, match="smoke"):
+        tiny_gpt.config("huge")
+
+
+# ---- GPU ------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_gpu_reduce_overhead_decode_matches_eager_and_uses_one_launch():
+    from course_kit.compile_modes.kernels import profile_launches
+    step, inputs = workloads.decode_setup("smoke", device="cuda", dtype=torch.bfloat16, positions=8)
+    ref = workloads.decode_reference(step, inputs)
+    f = cm.compile_with_mode(step, "reduce-overhead")
+    with torch.no_grad():
+        outs = torch.stack([f(*a).clone() for a in inputs])
+        torch.testing.assert_close(outs.float(), ref.float(), rtol=5e-2, atol=5e-2)
+        for _ in range(3):
+            f(*inputs[0])
+        eager = profile_launches(step, *inputs[0])
+        graph = profile_launches(f, *inputs[0])
+    assert eager["launch_calls_per_call"] > 20
+    # A replay is one graph launch plus a few input copies: far fewer host launches.
+    assert graph["launch_calls_per_call"] < eager["launch_calls_per_call"] / 4
+    assert graph["gpu_kernels_per_call"] > 0 and graph["top_kernels"]
+
+
+@pytest.mark.gpu
+def test_gpu_default_train_step_matches_eager_loss():
+    losses = {}
+    for mode in ("eager", "default"):
+        torch._dynamo.reset()
+        model, opt, data = workloads.train_setup("smoke", device="cuda", batch=4, steps=3)
+        step = workloads.make_train_step(model, opt, device_type="cuda")
+        step = workloads.make_train_step(model, opt, cm.compile_with_mode(step.loss_eager, mode), "cuda")
+        losses[mode] = [float(step(d)) for d in data]
+    assert losses["default"] == pytest.approx(losses["eager"], rel=2e-2)
