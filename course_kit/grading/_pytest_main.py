@@ -1,0 +1,14 @@
+"""Entry point of the grader's nbval subprocess: `python -m course_kit.grading._pytest_main ARGS`.
+
+It is plain `pytest ARGS`, except that jsonschema's optional RFC 3987 URI checker is kept out:
+nbformat's notebook schema never uses it, and building its grammar at import costs several seconds
+per graded notebook on a slow machine.
+"""
+from __future__ import annotations
+
+import sys
+
+if __name__ == "__main__":
+    sys.modules.setdefault("rfc3987_syntax", None)  # import of it now raises ImportError: skipped
+    import pytest
+    raise SystemExit(pytest.main(sys.argv[1:]))

@@ -1,0 +1,101 @@
+"""Start the student's IPython kernel inside the sandbox (used as the grader's kernelspec argv).
+
+    python -m course_kit.grading.kernel_launcher --work DIR [--uid U --gid G] [--memory BYTES] -f CONN
+
+As root it copies the connection file into the work folder, sets resource limits, drops to the
+unprivileged uid/gid (no supplementary groups) and execs ipykernel there, so student code can write
+only its scratch copy (plus world-writable places such as /tmp). Without root it uses bubblewrap
+when available (read-only root, writable work folder), else runs with the limits only.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import sys
+
+
+def _limits(memory: int, nproc: int, fsize: int) -> None:
+    if memory > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    if fsize > 0:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    if nproc > 0 and os.geteuid() == 0:  # per-uid: meaningful once we are the sandbox uid
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def world_readable(path: str) -> bool:
+    """Can a user with no relation to the owner read `path` (and traverse every folder above it)?"""
+    path = os.path.realpath(path)
+    parts = path.split(os.sep)
+    for i in range(2, len(parts)):
+        if not os.stat(os.sep.join(parts[:i]) or os.sep).st_mode & 0o001:
+            return False
+    return bool(os.stat(path).st_mode & 0o004)
+
+
+def needed_paths() -> list[str]:
+    """What the kernel must read: the interpreter, the standard library, site-packages, course_kit."""
+    import course_kit
+    return [sys.executable, os.path.dirname(os.__file__), os.path.dirname(course_kit.__file__),
+            os.path.dirname(os.path.dirname(resource.__file__)) if hasattr(resource, "__file__") else sys.prefix]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--uid", type=int, default=-1)
+    parser.add_argument("--gid", type=int, default=-1)
+    parser.add_argument("--memory", type=int, default=0, help="address-space limit in bytes (0: none)")
+    parser.add_argument("--nproc", type=int, default=512)
+    parser.add_argument("--fsize", type=int, default=2 << 30)
+    parser.add_argument("--pidfile", default="")
+    parser.add_argument("-f", dest="connection_file", required=True)
+    args = parser.parse_args(argv)
+
+    if args.pidfile:  # the grader kills this process group after the run (the kernel has its own session)
+        with open(args.pidfile, "w") as f:
+            f.write(str(os.getpid()))
+    work = os.path.abspath(args.work)
+    conn = os.path.join(work, ".kernel-connection.json")
+    shutil.copyfile(args.connection_file, conn)
+    env = dict(os.environ)
+    for key in ("HOME", "IPYTHONDIR", "MPLCONFIGDIR", "JUPYTER_RUNTIME_DIR", "JUPYTER_DATA_DIR"):
+        env[key] = work if key == "HOME" else os.path.join(work, "." + key.lower())
+    env["TMPDIR"] = os.path.join(work, ".tmp")
+    env.pop("COURSE_KIT_GRADE_RESULTS", None)
+    env.pop("JUPYTER_PATH", None)
+    os.makedirs(env["TMPDIR"], exist_ok=True)
+    kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", conn, "--HistoryManager.enabled=False"]
+    os.chdir(work)
+    _limits(args.memory, args.nproc, args.fsize)
+
+    if os.geteuid() == 0 and args.uid >= 0:
+        env["USER"] = env["LOGNAME"] = f"sandbox{args.uid}"
+        for root, dirs, files in os.walk(work):
+            for name in dirs + files:
+                os.lchown(os.path.join(root, name), args.uid, args.gid)
+        os.chown(work, args.uid, args.gid)
+        if not all(world_readable(p) for p in needed_paths()):
+            # The interpreter or the course lives where other users can't read (a pyenv under /root):
+            # keep only the capability to read and search, never to write (util-linux setpriv).
+            setpriv = shutil.which("setpriv")
+            if setpriv is None:
+                sys.exit(f"course_kit sandbox: {needed_paths()} are not readable by other users and "
+                         "setpriv is missing; install util-linux or put Python where others can read it")
+            kernel = [setpriv, f"--reuid={args.uid}", f"--regid={args.gid}", "--clear-groups",
+                      "--inh-caps=-all,+dac_read_search", "--ambient-caps=+dac_read_search", "--"] + kernel
+        else:
+            os.setgroups([])
+            os.setgid(args.gid)
+            os.setuid(args.uid)
+    elif shutil.which("bwrap"):
+        kernel = [shutil.which("bwrap"), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                  "--tmpfs", "/tmp", "--bind", work, work, "--die-with-parent", "--chdir", work] + kernel
+    os.execve(kernel[0], kernel, env)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,212 @@
+"""Grading acceptance (issue 11): each hostile or broken submission, graded next to good ones.
+
+One synthetic course notebook (tests/grading_fixtures.py) keeps every kernel run tiny. All the
+single-submission cases are graded in one `grade` call with 2 workers; the 30-submission case is
+its own test.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import time
+
+import nbformat
+import pytest
+
+from course_kit.grading import cli, grade, release, runner, sandbox
+
+from grading_fixtures import NAME, SOLUTIONS, fill, submit, write_course
+
+LIMITS = runner.Limits(cell_timeout=4, total_timeout=90, memory_bytes=4 << 30)
+
+
+def _read(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _by(rows):
+    return {(r["student"], r["exercise"]): r for r in rows}
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    root = tmp_path_factory.mktemp("course")
+    source = write_course(root)
+    release.release(source, root / "release")
+    student = nbformat.read(str(root / "release" / NAME), as_version=4)
+    return root, source, student
+
+
+@pytest.fixture(scope="module")
+def graded(course):
+    """Grade one submission per acceptance case; return (rows, gradebook path, paths, log)."""
+    root, source, student = course
+    subs = root / "submissions"
+    paths = {}
+    paths["full"] = submit(subs, "full", fill(student, SOLUTIONS))
+    paths["raw"] = submit(subs, "raw", student)
+    paths["loop"] = submit(subs, "loop", fill(student, {"99.add": "while True:\n    pass",
+                                                         "99.square": SOLUTIONS["99.square"]}))
+    # an exception in one exercise, and the other exercise's cell deleted
+    broken = fill(student, {"99.add": "raise RuntimeError('boom in add')"})
+    broken.cells = [c for c in broken.cells
+                    if c.get("metadata", {}).get("course_kit", {}).get("exercise") != "99.square"]
+    paths["broken"] = submit(subs, "broken", broken)
+    # the add cell moved to the very end, and scratch cells added all over
+    moved = fill(student, SOLUTIONS)
+    add_cell = next(c for c in moved.cells if c.get("metadata", {}).get("course_kit", {}).get("role") == "solution")
+    moved.cells.remove(add_cell)
+    for i in (len(moved.cells), 4, 2):
+        moved.cells.insert(i, nbformat.v4.new_code_cell(f"scratch_{i} = sum(range({i}))\nprint(scratch_{i})"))
+    moved.cells.insert(3, nbformat.v4.new_markdown_cell("my notes"))
+    moved.cells.append(add_cell)
+    paths["moved"] = submit(subs, "moved", moved)
+    paths["invalid"] = submit(subs, "invalid", '{"cells": [ this is not json')
+    # the visible check cell is edited to do nothing: the grader must use the instructor's
+    edited = fill(student, {"99.add": "def add(a, b):\n    return a * b", "99.square": SOLUTIONS["99.square"]})
+    for c in edited.cells:
+        if c.get("metadata", {}).get("course_kit", {}).get("role") == "check":
+            c.source = "pass"
+    paths["edited_check"] = submit(subs, "edited_check", edited)
+    out = root / "results" / "gradebook.csv"
+    paths["gradebook"] = out
+    victim = subs / "full" / NAME
+    victim_bytes = victim.read_bytes()
+    evil_code = (
+        "import pathlib\n"
+        f"for target in [{str(out)!r}, {str(victim)!r}]:\n"
+        "    pathlib.Path(target).write_text('overwritten')\n"
+        "def add(a, b):\n    return a + b"
+    )
+    paths["evil"] = submit(subs, "evil", fill(student, {"99.add": evil_code, "99.square": SOLUTIONS["99.square"]}))
+    monkey = (
+        "import course_kit, course_kit.grading\n"
+        "import course_kit.grading.checks.nb99 as nb99\n"
+        "course_kit.grading.check = lambda *a, **k: print('✅ passed')\n"
+        "course_kit.grading.expect = lambda *a, **k: None\n"
+        "course_kit.grading._CHECKERS.clear()\n"
+        "nb99.check_add_hidden = lambda *a: None\n"
+        "grading = course_kit.grading\n"
+        "def add(a, b):\n    return 0"
+    )
+    paths["monkey"] = submit(subs, "monkey", fill(student, {"99.add": monkey, "99.square": SOLUTIONS["99.square"]}))
+    log = []
+    start = time.perf_counter()
+    rows = grade.grade(subs, out, source, workers=2, limits=LIMITS, log=log.append)
+    elapsed = time.perf_counter() - start
+    return rows, paths, victim_bytes, log, elapsed
+
+
+def test_gradebook_has_every_row_and_the_columns(graded):
+    rows, paths, _, log, elapsed = graded
+    csv_rows = _read(paths["gradebook"])
+    assert list(csv_rows[0]) == list(grade.COLUMNS)
+    students = {"full", "raw", "loop", "broken", "moved", "invalid", "edited_check", "evil", "monkey"}
+    assert {(r["student"], r["exercise"]) for r in csv_rows} == {(s, e) for s in students for e in SOLUTIONS}
+    assert all(r["status"] in runner.STATUSES for r in csv_rows)
+    assert "total" in log[-2] or any("total" in line for line in log)
+    feedback = paths["gradebook"].parent / "gradebook_feedback" / "loop.md"
+    assert "timeout" in feedback.read_text()
+    summary = _read(paths["gradebook"].parent / "gradebook_summary.csv")
+    assert {r["student"]: r["total"] for r in summary}["full"] == "3"
+    print(f"graded {len(students)} submissions in {elapsed:.1f} s")
+
+
+def _status(graded, student, exercise):
+    row = _by(_read(graded[1]["gradebook"]))[(student, exercise)]
+    return row["status"], float(row["points"]), row["message"]
+
+
+def test_instructor_solutions_get_full_marks(graded):
+    assert _status(graded, "full", "99.add")[:2] == ("passed", 2)
+    assert _status(graded, "full", "99.square")[:2] == ("passed", 1)
+
+
+def test_raw_release_gets_zero_with_not_implemented_for_each_exercise(graded):
+    for ex in SOLUTIONS:
+        status, points, message = _status(graded, "raw", ex)
+        assert (status, points) == ("error", 0)
+        assert f"NotImplementedError: Exercise {ex}" in message
+
+
+def test_infinite_loop_times_out_and_the_other_exercise_is_graded(graded):
+    status, points, message = _status(graded, "loop", "99.add")
+    assert status == "timeout" and points == 0 and "cell timeout of 4 s" in message
+    assert _status(graded, "loop", "99.square")[:2] == ("passed", 1)
+
+
+def test_exception_is_an_error_with_its_message_and_a_deleted_cell_is_missing(graded):
+    status, _, message = _status(graded, "broken", "99.add")
+    assert status == "error" and "RuntimeError: boom in add" in message
+    status, _, message = _status(graded, "broken", "99.square")
+    assert status == "missing" and "99.square" in message
+
+
+def test_moved_cell_and_extra_scratch_cells_keep_full_marks(graded):
+    assert _status(graded, "moved", "99.add")[:2] == ("passed", 2)
+    assert _status(graded, "moved", "99.square")[:2] == ("passed", 1)
+
+
+def test_invalid_json_is_an_error_for_every_exercise(graded):
+    for ex in SOLUTIONS:
+        status, _, message = _status(graded, "invalid", ex)
+        assert status == "error" and "could not be read as a notebook" in message
+
+
+def test_edited_visible_check_does_not_help(graded):
+    status, _, message = _status(graded, "edited_check", "99.add")
+    assert status == "failed" and "add(2, 3): expected 5, found 6" in message
+
+
+def test_overwriting_gradebook_or_other_submissions_changes_nothing(graded):
+    _, paths, victim_bytes, _, _ = graded
+    assert _status(graded, "full", "99.add")[0] == "passed"   # graded from what was submitted
+    assert _status(graded, "evil", "99.square")[0] == "passed"
+    rows = _read(paths["gradebook"])
+    assert len(rows) == 18
+    if sandbox.mode() == "uid":  # as root, student code runs as an unprivileged uid: no write at all
+        assert paths["full"].read_bytes() == victim_bytes
+        status, _, message = _status(graded, "evil", "99.add")
+        assert status == "error" and "PermissionError" in message
+
+
+def test_monkeypatched_check_still_fails_visible_and_hidden_checks(graded):
+    status, points, message = _status(graded, "monkey", "99.add")
+    assert (status, points) == ("failed", 0)
+    assert "expected 5, found 0" in message
+
+
+def test_thirty_submissions_two_workers_every_row_present(tmp_path):
+    source = tmp_path / "instructor"
+    source.mkdir()
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("### BEGIN SOLUTION\nsquares = [i * i for i in range(5)]\n### END SOLUTION",
+                                  metadata={"course_kit": {"exercise": "99.square", "role": "solution", "points": 1}}),
+        nbformat.v4.new_code_cell("assert squares == [0, 1, 4, 9, 16], squares",
+                                  metadata={"course_kit": {"exercise": "99.square", "role": "check"}}),
+    ])
+    nbformat.write(nb, str(source / "98_tiny.ipynb"))
+    release.release(source, tmp_path / "release")
+    student = nbformat.read(str(tmp_path / "release" / "98_tiny.ipynb"), as_version=4)
+    subs = tmp_path / "subs"
+    for i in range(30):
+        answer = SOLUTIONS["99.square"] if i % 3 else "squares = [1, 2, 3]"
+        submit(subs, f"s{i:02d}", fill(student, {"99.square": answer}), name="98_tiny.ipynb")
+    out = tmp_path / "gb.csv"
+    start = time.perf_counter()
+    assert cli.main(["grade", str(subs), "--out", str(out), "--workers", "2", "--timeout", "20",
+                     "--source", str(source), "--memory-gb", "4"]) == 0
+    elapsed = time.perf_counter() - start
+    rows = _read(out)
+    assert sorted(r["student"] for r in rows) == [f"s{i:02d}" for i in range(30)]
+    assert [r["status"] for r in sorted(rows, key=lambda r: r["student"])] == \
+        ["passed" if i % 3 else "failed" for i in range(30)]
+    print(f"30 submissions, 2 workers: {elapsed:.1f} s")
+
+
+def test_limits_are_validated():
+    with pytest.raises(ValueError, match="cell_timeout must be > 0"):
+        runner.Limits(cell_timeout=0)
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        grade.grade(".", "x.csv", ".", workers=0)
