@@ -101,3 +101,40 @@ def test_naive_memory_grows_quadratically_and_tiled_does_not():
     assert naive_big / naive_small > 8
     tiled = mem(lambda q, k, v: tiled_attention(q, k, v, block_m=128, block_n=128), 512)
     assert tiled < naive_big / 4
+
+
+def test_grading_checks_accept_the_solution_and_reject_a_missing_rescale():
+    from course_kit import grading
+    grading.check("08.online_update", online_softmax_update)
+    grading.check("08.tiled_block", lambda q, k, v, m, l, acc, s: tiled_block_step(q, k, v, m, l, acc, s))
+
+    def no_rescale(m, l, x):
+        m_new = torch.maximum(m, x.amax(-1))
+        return m_new, l + torch.exp(x - m_new.unsqueeze(-1)).sum(-1)
+    with pytest.raises(AssertionError, match="rescale"):
+        grading.check("08.online_update", no_rescale)
+
+    def acc_not_rescaled(q, k, v, m, l, acc, s):
+        m2, l2, _ = tiled_block_step(q, k, v, m, l, acc, s)
+        p = torch.exp(q @ k.transpose(-1, -2) * s - m2.unsqueeze(-1))
+        return m2, l2, acc + p @ v
+    with pytest.raises(AssertionError, match="acc after key block"):
+        grading.check("08.tiled_block", acc_not_rescaled)
+
+
+def test_plots_build_from_bench_rows():
+    from course_kit.plots import attention as pa
+    probs, hist = online_softmax_row([1.0, 3.0, 2.0])
+    assert len(pa.online_softmax_figure([1.0, 3.0, 2.0], hist).data) == 3
+    tiles = pa.causal_tiles_figure(300, 128, 64)
+    z = tiles.data[0].z
+    assert len(z) == 3 and len(z[0]) == 5 and z[0][2] == 0 and z[2][0] == 1 and z[2][4] == 2
+    shape = {"batch": 1, "heads": 2, "seq_len": 256, "head_dim": 128, "causal": True}
+    rows = [{"variant": v, **shape, "median_s": t, "tflops": 1 / t, "peak_bytes": 2**20 * t, "intensity": 10.0}
+            for v, t in (("naive", 2.0), ("sdpa flash", 1.0))]
+    assert len(pa.time_memory_figure(rows).data) == 4
+    assert len(pa.tflops_figure(rows, shape, peak_tflops=5.0).data) == 1
+    assert len(pa.roofline_points(rows, shape)) == 2
+    from course_kit import device
+    fig = pa.attention_roofline(rows, shape, peaks=device.peaks("NVIDIA H200"))
+    assert fig is not None and len(fig.data) >= 3

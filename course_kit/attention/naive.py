@@ -43,7 +43,8 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     scores = (q @ k.transpose(-2, -1)) * scale                       # [B, H, Sq, Sk]: the S^2 tensor
     if causal:
         scores = scores.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device), float("-inf"))
-    probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)        # a second S^2 tensor
+    # softmax in at least float32 (half-precision exp/sum loses too much); a second S^2 tensor
+    probs = torch.softmax(scores.float() if scores.element_size() < 4 else scores, dim=-1).to(q.dtype)
     return probs @ v
 
 

@@ -205,11 +205,12 @@ _INTERPRETER_BLOCKS = (32, 32)   # one fixed config: autotuning the interpreter 
 def _prune_configs(configs, named_args, **kwargs):
     """Every config compiles and is timed once per key, so try only the plausible ones.
 
-    Hopper and newer have the shared memory and the warpgroup MMA that want BLOCK_M=128; older or
+    Hopper and newer have the shared memory and the warpgroup MMA that want BLOCK_M=128 over two
+    warpgroups (8 warps; with 4 warps a 128 x 128 fp32 accumulator spills registers). Older or
     smaller GPUs (a T4 has 64 KiB of shared memory per SM) keep the small tiles as well.
     """
     if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0):
-        return [c for c in configs if c.kwargs["BLOCK_M"] == 128]
+        return [c for c in configs if c.kwargs["BLOCK_M"] == 128 and c.num_warps == 8]
     return configs
 
 
@@ -304,7 +305,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
             bm, bn = (block_m, block_n) if block_m is not None else _INTERPRETER_BLOCKS
             grid = (triton.cdiv(seq_q, bm), batch * n_q_heads)
             _flash_fwd_kernel[grid](*args, HEAD_DIM=head_dim, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal,
-                                    USE_DESC=desc, DOT_F32=interpreting(), num_warps=8 if bm >= 128 else 4, num_stages=3)
+                                    USE_DESC=desc, DOT_F32=interpreting(),
+                                    # the same launch settings as the matching autotune config
+                                    num_warps=8 if bm >= 128 else 4, num_stages=3 if bm >= 128 else 2)
         else:
             grid = lambda meta: (triton.cdiv(seq_q, meta["BLOCK_M"]), batch * n_q_heads)  # noqa: E731
             _flash_fwd_tuned[grid](*args, HEAD_DIM=head_dim, CAUSAL=causal, USE_DESC=desc,
