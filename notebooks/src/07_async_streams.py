@@ -1,0 +1,407 @@
+# %% [markdown]
+# # 07 · Async streams: keeping the GPU busy while the CPU prepares the next step
+#
+# A GPU runs what the host has queued, in order, and nothing else. An inference engine's step loop
+# alternates host work (scheduling, building input tensors, reading back tokens) with GPU work (the
+# model). Done one after the other, the GPU waits during every host stage: with fast kernels and CUDA
+# graphs (notebook 05) those waits can become a large share of the time. This notebook shows the
+# tools that let host and device work overlap (CUDA streams, events, pinned memory), the bugs they
+# invite (races), and then applies them to the engine of notebook 06: while the GPU runs step N, the
+# CPU schedules and prepares step N+1.
+#
+# {{BADGES}}
+#
+# **What you will learn**
+# - what a CUDA stream is, why work on one stream is serialised and work on several can overlap;
+# - how events and `wait_stream` order work across streams, and the two classic races (a missing
+#   wait, a missing `record_stream`) with their fixes;
+# - why host-to-device copies need pinned memory to overlap compute;
+# - how to read a timeline: GPU idle fraction, and the bound on what overlap can gain;
+# - the engine's async mode: placeholders for tokens the host does not have yet, filled on the GPU.
+
+# %%
+{{SETUP}}
+
+# %% [markdown]
+# ## Parameters
+# On a CPU the stream demonstrations show the recorded H200 runs, and the sync/async loops run with a
+# worker thread standing in for the GPU. `COURSE_KIT_SMOKE=1` (CI) picks the smallest sizes.
+
+# %% {"tags": ["parameters"]}
+P = device.defaults()
+SMOKE = P["smoke"]
+ON_GPU = P["device"] == "cuda"
+# the toy decode loop (section 5)
+LOOP = dict(batch=8, steps=12 if SMOKE else 32, hidden=256, layers=4, prep_work=1500)
+DEVICE_MS = 2.0                     # section 5: a "device" whose kernels take time but no host core
+# the engine (sections 6 and 7)
+ENGINE_MODEL = "smollm-135m" if ON_GPU else "tiny"
+ENGINE_BATCH = 32 if ON_GPU else 4
+ENGINE_REQUESTS = 2 * ENGINE_BATCH
+NEW_TOKENS = 64 if ON_GPU else (6 if SMOKE else 16)
+SWEEP_BATCHES = [4, 16, 64] if ON_GPU else ([2] if SMOKE else [2, 8])
+
+# %%
+import os
+
+import torch
+
+from course_kit import bench, notebook, reference, streams
+from course_kit.benchmarks import async_engine as async_bench
+from course_kit.engine import Engine, SamplingParams
+from course_kit.engine.async_loop import AsyncEngine
+from course_kit.models import llama
+from course_kit.notebook import md, show_source
+from course_kit.plots import streams as splots
+from course_kit.streams import gpu
+
+P
+
+# %% [markdown]
+# ## 1. A stream is a queue
+#
+# Every CUDA kernel and copy is *enqueued* on a **stream** and the host returns at once. Work on one
+# stream runs in order; work on different streams may run at the same time when the GPU has room.
+# PyTorch puts everything on the current stream, which is the **default stream** unless you pick
+# another with `torch.cuda.stream(s)`. So independent pieces of work launched one after another from
+# PyTorch are serialised, even if each one leaves most of the GPU idle.
+#
+# To make this visible we use a kernel that occupies a single GPU thread for a set time
+# (`torch.cuda._sleep`, a spin loop): four of them on one stream take four times as long; on four
+# streams they overlap. The timeline is read from CUDA events recorded around each piece of work.
+
+# %%
+show_source(gpu.concurrency_demo)
+
+# %%
+if ON_GPU:
+    conc = gpu.concurrency_demo(n_streams=4, kind="spin", kernel_ms=2.0)
+    conc_tls = {m: conc[m]["timeline"] for m in ("one stream", "one stream each")}
+    conc_speedup = conc["speedup"]
+else:
+    rec_streams = notebook.gpu_only("streams")
+    conc_tls = ({m: rec_streams["timelines"][f"spin: {m}"] for m in ("one stream", "one stream each")}
+                if rec_streams else None)
+    conc_speedup = rec_streams["summary"]["spin_concurrency_speedup"] if rec_streams else None
+fig = splots.gantt_pair(conc_tls, "4 spin kernels: one stream, then one stream each") if conc_tls else None
+fig
+
+# %%
+if conc_speedup is not None:
+    md(f"The same four kernels finish **{conc_speedup:.2f}x** sooner on four streams than on one. "
+       "Nothing about the kernels changed: only the queue they were put on.")
+else:
+    md("No GPU here and no recorded run yet: run `course-kit bench streams` on a GPU to fill this in.")
+
+# %% [markdown]
+# ## 2. Ordering across streams: events, `wait_event`, `wait_stream`
+#
+# Concurrency has a price: the GPU no longer orders work for you. If stream B reads what stream A
+# writes, B must wait. An **event** is a marker recorded on a stream; `B.wait_event(e)` makes B's
+# later work wait until A reaches the marker (the host does not wait), and `B.wait_stream(A)` is the
+# same with an event recorded for you. Below, the producer spins (a long kernel) and then writes
+# `x = 1`; the consumer computes `y = 2 * x`. Without a wait, the consumer reads `x` before it is
+# written.
+
+# %%
+show_source(gpu.missing_wait_demo)
+
+# %%
+def race_table(result):
+    import plotly.graph_objects as go
+    names = list(result)
+    cells = [names, [f"{result[n]['y_mean']:g}" for n in names], [f"{result[n]['expected']:g}" for n in names],
+             ["✅" if result[n]["correct"] else "❌ wrong" for n in names]]
+    fig = go.Figure(go.Table(header=dict(values=["variant", "mean of y", "expected", "result"]),
+                             cells=dict(values=cells)))
+    fig.update_layout(height=80 + 30 * len(names), margin=dict(t=10, b=10))
+    return fig
+
+if ON_GPU:
+    wait = gpu.missing_wait_demo()
+else:
+    rec_streams = notebook.gpu_only("streams")
+    wait = None
+    if rec_streams:
+        rows = {r["name"]: r for r in rec_streams["results"]}
+        wait = {n: {**rows[n], "timeline": rec_streams["timelines"][n]}
+                for n in ("racy (no wait)", "fixed (wait_event)", "fixed (wait_stream)")}
+race_table(wait) if wait else None
+
+# %%
+(splots.gantt_pair({n: wait[n]["timeline"] for n in ("racy (no wait)", "fixed (wait_event)")},
+                   "Producer and consumer streams") if wait else None)
+
+# %% [markdown]
+# The racy timeline shows the consumer's kernel running *during* the producer's spin: it read the
+# zeros that were there before. With the wait, it starts only when the producer is done.
+#
+# ## 3. The other race: memory freed while another stream still reads it
+#
+# PyTorch's caching allocator remembers which stream each block was allocated on. When a tensor
+# dies on the host, its memory may be handed out again to the *next allocation on that stream* at
+# once: work on that stream runs in order, so it is safe *for that stream*. But if a side stream was
+# still going to read the tensor, the new owner may overwrite it first. `x.record_stream(side)` tells
+# the allocator to wait for the side stream's queued work before reusing the memory.
+
+# %%
+show_source(gpu.missing_record_stream_demo)
+
+# %%
+if ON_GPU:
+    rs = gpu.missing_record_stream_demo()
+else:
+    rs = None
+    if rec_streams:
+        rows = {r["name"]: r for r in rec_streams["results"]}
+        rs = {n: {**rows[n], "timeline": rec_streams["timelines"][n]}
+              for n in ("racy (no record_stream)", "fixed (record_stream)")}
+race_table(rs) if rs else None
+
+# %%
+if rs:
+    racy = rs["racy (no record_stream)"]
+    md(f"Without `record_stream`, the new tensor {'reused' if racy['memory_reused'] else 'did not reuse'} "
+       f"the freed memory and the side stream read **{racy['y_mean']:g}** where 2 was expected "
+       f"(7, the new tensor's value, doubled). With it, the result is "
+       f"**{rs['fixed (record_stream)']['y_mean']:g}**.")
+
+# %% [markdown]
+# ## 4. Copies that overlap compute need pinned memory
+#
+# A host-to-device copy is done by the GPU's copy engines, which run beside the compute units, but
+# only from **pinned** (page-locked) host memory: the engine reads it directly. From ordinary
+# (pageable) memory, the driver first copies the data into a pinned staging buffer on the CPU, and
+# the call returns only when that is done, so the host is blocked and cannot queue the compute in the
+# meantime. With pinned memory, `copy_(src, non_blocking=True)` on a side stream returns at once, and
+# the copy and the matmuls run together.
+
+# %%
+show_source(gpu.copy_overlap_demo)
+
+# %%
+if ON_GPU:
+    copy = gpu.copy_overlap_demo(mbytes=256 if P["size"] == "full" else 64)
+    copy_rows = [{"name": n, "ms": v["total_ms"], "host_blocked_ms": v["host_blocked_ms"],
+                  "speedup_vs_serial": v["speedup_vs_serial"], "timeline": v["timeline"]}
+                 for n, v in copy["variants"].items()]
+else:
+    copy_rows = None
+    if rec_streams:
+        copy_rows = [{**r, "timeline": rec_streams["timelines"][r["name"]]} for r in rec_streams["results"]
+                     if r["name"].startswith(("serial", "copy stream"))]
+(splots.gantt_pair({r["name"]: r["timeline"] for r in copy_rows}, "Copy and compute", shared_x=True)
+ if copy_rows else None)
+
+# %%
+if copy_rows:
+    by = {r["name"]: r for r in copy_rows}
+    pin, page = by["copy stream: pinned, non_blocking"], by["copy stream: pageable, non_blocking"]
+    md(f"Pinned + `non_blocking` on a copy stream: **{pin['speedup_vs_serial']:.2f}x** faster than copy-then-compute, "
+       f"and the host was held for **{pin['host_blocked_ms']:.2f} ms**. From pageable memory the host was held "
+       f"**{page['host_blocked_ms']:.2f} ms** and the gain was **{page['speedup_vs_serial']:.2f}x**.")
+
+# %% [markdown]
+# ## 5. The step loop, sync and async, on any machine
+#
+# The same ideas without a GPU: `HostDevice` is a worker thread executing submitted work in order,
+# like one stream. The "model" is real torch matmuls (which release Python's GIL, so they can run
+# beside the host thread); the host's part of a step is Python bookkeeping, as a scheduler's is.
+#
+# - **sync**: prepare step N, submit it, wait for its tokens, postprocess, repeat.
+# - **async**: prepare step N+1 while the device runs step N. Step N's tokens are not known yet, so
+#   step N+1's inputs carry a placeholder (-1); the device fills it from the tokens it produced
+#   itself. The host postprocesses step N after it has queued step N+1.
+
+# %%
+show_source(streams.HostDevice)
+show_source(streams.decode_loop)
+
+# %%
+cpu_cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+real = streams.compare(**LOOP)
+ideal = streams.compare(**LOOP, device_ms=DEVICE_MS)
+assert real["sync"]["outputs"] == real["async"]["outputs"]
+splots.gantt_pair({"sync": real["sync"]["timeline"], "async": real["async"]["timeline"]},
+                  "Worker-thread device, real matmuls")
+
+# %%
+splots.gantt_pair({"sync": ideal["sync"]["timeline"], "async": ideal["async"]["timeline"]},
+                  f"A device whose steps last at least {DEVICE_MS} ms without using a host core")
+
+# %%
+def loop_line(name, r):
+    s, a = r["sync"], r["async"]
+    return (f"- **{name}**: device idle **{s['device_idle']:.0%}** (sync) → **{a['device_idle']:.0%}** (async); "
+            f"speed-up **{r['speedup']:.2f}x**, against a bound of **{s['speedup_bound']:.2f}x** read from the "
+            f"sync timeline.")
+
+md("\n".join([f"Tokens identical in both modes. This machine has {cpu_cores or '?'} cores for this process.",
+              loop_line("real matmuls on a worker thread", real),
+              loop_line(f"device steps of at least {DEVICE_MS} ms", ideal),
+              "With real matmuls the overlap needs a free core for the worker thread; on a busy or "
+              "single-core machine the two threads take turns and the gain shrinks. A GPU has no such "
+              "limit: its kernels use no host core, which is what the second run imitates."]))
+
+# %% [markdown]
+# ### Reading a timeline
+# Two numbers summarise a timeline. The **GPU idle fraction** is the share of the wall time in which
+# nothing ran on the GPU lane. The **bound on the speed-up from overlap**: once host and device work
+# overlap perfectly, a step can be no shorter than its busiest lane, so the best speed-up is
+# `wall time / max(GPU busy, CPU busy)`. When the GPU is the busier lane this is `1 / (1 - idle)`:
+# a GPU idle 20% of the time can gain at most 1.25x. You will compute both in the exercise.
+
+# %%
+show_source(streams.Timeline.idle_fraction)
+show_source(streams.Timeline.overlap_speedup_bound)
+
+# %% [markdown]
+# ## 6. The engine's async mode
+#
+# Now the real engine of notebook 06. `AsyncEngine` keeps its four stages (schedule, prepare, run,
+# postprocess) but reorders them across steps:
+#
+# 1. schedule step N+1 and build its inputs in **pinned** buffers, copied on a **copy stream**;
+# 2. launch it: the compute stream waits on the copy's event, then, on the device, the
+#    **placeholders** for step N's tokens are filled from step N's sampled tokens (`index_copy`);
+# 3. only then wait for step N's tokens and postprocess them (append, detect EOS, free blocks);
+# 4. advance every sequence of step N+1 by a placeholder, so that step N+2 can be scheduled.
+#
+# A request that reaches `max_new_tokens` is retired as soon as its last step is launched, since
+# its length is known. An EOS is seen one step late: the extra token computed for that request is
+# dropped, so the outputs are identical to the sync engine's. On a CPU, a worker thread plays the GPU.
+
+# %%
+show_source(AsyncEngine.step)
+show_source(AsyncEngine._fill_rows)
+show_source(AsyncEngine._device_step)
+
+# %%
+dtype = torch.bfloat16 if ON_GPU else torch.float32
+model = llama.Transformer.from_preset(ENGINE_MODEL, seed=0, dtype=dtype, device=P["device"])
+g = torch.Generator().manual_seed(0)
+prompts = [torch.randint(0, model.config.vocab_size, (int(n),), generator=g).tolist()
+           for n in torch.randint(8, 128 if ON_GPU else 32, (ENGINE_REQUESTS,), generator=g)]
+sp = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
+max_len = max(map(len, prompts)) + NEW_TOKENS
+base = Engine(model, max_num_seqs=ENGINE_BATCH, max_model_len=max_len).generate(prompts, sp)
+runs = {}
+for mode in ("sync", "async"):
+    eng = AsyncEngine(model, mode=mode, max_num_seqs=ENGINE_BATCH, max_model_len=max_len)
+    outs = eng.generate(prompts, sp)
+    assert [o.tokens for o in outs] == [o.tokens for o in base], f"{mode} differs from the sync engine"
+    runs[mode] = (eng.timing(), eng.timeline.shifted())
+print("async and sync outputs are token-identical to the notebook 06 engine")
+splots.gantt_pair({m: tl for m, (t, tl) in runs.items()}, f"Engine steps ({ENGINE_MODEL}, batch {ENGINE_BATCH})",
+                  lanes=["cpu", "copy", "gpu"] if ON_GPU else ["cpu", "gpu"])
+
+# %%
+ts, ta = runs["sync"][0], runs["async"][0]
+md(f"On this machine ({'GPU' if ON_GPU else 'CPU, worker thread as the device'}): GPU idle "
+   f"**{ts['gpu_idle_fraction']:.1%}** sync → **{ta['gpu_idle_fraction']:.1%}** async; throughput "
+   f"**{ts['tokens_per_s']:,.0f}** → **{ta['tokens_per_s']:,.0f}** tokens/s "
+   f"(**{ta['tokens_per_s'] / ts['tokens_per_s']:.2f}x**). Median per step: CPU "
+   f"**{ts['cpu_step_s_median'] * 1e3:.2f} ms**, GPU **{ts['gpu_step_s_median'] * 1e3:.2f} ms**. Overlap can "
+   f"hide the smaller of the two, never the larger.")
+
+# %% [markdown]
+# ## 7. Across batch sizes and model sizes
+#
+# The gain depends on the ratio of host time to device time per step. Small batches of a small model
+# have short GPU steps, so the host's share, and the idle time, is large; big models at big batches
+# keep the GPU busy anyway. `course-kit bench async` sweeps both; here it runs at this machine's size,
+# and the H200 record is shown beside it.
+
+# %%
+show_source(async_bench.headline)
+
+# %%
+own = bench.run_topic("async", {"size": P["size"], "batches": SWEEP_BATCHES,
+                                "models": [ENGINE_MODEL], "new_tokens": NEW_TOKENS})
+splots.idle_and_throughput(own["results"], x="batch", group="model",
+                           title=f"This machine ({own['environment'].get('gpu') or 'CPU'})")
+
+# %%
+ref_async = reference.load("async")
+if ref_async is None:
+    notebook.banner("No H200 record of <code>course-kit bench async</code> yet; it will appear here once recorded.",
+                    "warning")
+fig = (splots.idle_and_throughput(ref_async["results"], x="batch", group="model",
+                                  title=f"Reference: {ref_async['environment'].get('gpu', 'H200')}")
+       if ref_async else None)
+fig
+
+# %%
+head = ref_async["summary"].get("headline") if ref_async else None
+if head:
+    key = f"{head['model']}/b{head['batch']}"
+    fig = splots.gantt_pair({m: ref_async["timelines"][f"{key}/{m}"] for m in ("sync", "async")},
+                            f"Reference timelines, {head['model']} at batch {head['batch']}",
+                            lanes=["cpu", "copy", "gpu"])
+    md(f"On the reference GPU, at {head['model']} batch {head['batch']}: sync leaves the GPU idle "
+       f"**{head['sync_idle']:.1%}** of the time, async **{head['async_idle']:.1%}**; throughput gain "
+       f"**{head['throughput_gain']:.1%}** for **{head['idle_removed']:.1%}** of idle time removed.")
+else:
+    fig = None
+fig
+
+# %% [markdown]
+# ## Exercise 07.idle_bound: read a timeline
+#
+# Write `idle_and_bound(spans)`. `spans` is a list of dicts `{"lane", "name", "start_s", "end_s"}`
+# on lanes `"cpu"` and `"gpu"`, in no particular order; GPU spans may overlap (count overlapping time
+# once). Return a tuple:
+# - the GPU idle fraction: `1 - (time in which at least one GPU span runs) / (last end - first start)`,
+#   the window running over all lanes;
+# - the bound on the speed-up from overlap: `window / max(GPU busy time, CPU busy time)`.
+
+# %% {"course_kit": {"exercise": "07.idle_bound", "role": "solution", "points": 2}}
+def idle_and_bound(spans):
+    ### BEGIN SOLUTION
+    def busy(lane):
+        total, end = 0.0, float("-inf")
+        for a, b in sorted((s["start_s"], s["end_s"]) for s in spans if s["lane"] == lane):
+            if b > end:
+                total += b - max(a, end)
+                end = b
+        return total
+    lo = min(s["start_s"] for s in spans)
+    hi = max(s["end_s"] for s in spans)
+    gpu_busy, cpu_busy = busy("gpu"), busy("cpu")
+    return 1.0 - gpu_busy / (hi - lo), (hi - lo) / max(gpu_busy, cpu_busy)
+    ### END SOLUTION
+
+# %% {"course_kit": {"exercise": "07.idle_bound", "role": "check"}}
+from course_kit import grading
+grading.check("07.idle_bound", idle_and_bound)
+
+# %% [markdown]
+# Apply it to the engine runs of section 6:
+
+# %%
+for mode, (t, tl) in runs.items():
+    recs = [r for r in tl.to_records() if r["lane"] in ("cpu", "gpu")]
+    idle, bound = idle_and_bound(recs)
+    print(f"{mode:5s}: GPU idle {idle:.1%}, overlap could give at most {bound:.2f}x")
+
+# %% [markdown]
+# ## Summary
+# - A stream is an ordered queue. Work on one stream is serialised; on several it may overlap, and
+#   then ordering is your job: events, `wait_event`, `wait_stream`.
+# - Two races to remember: reading before the producer is done (missing wait), and memory reused
+#   while another stream still reads it (missing `record_stream`).
+# - Copies overlap compute only from pinned memory, with `non_blocking=True`, on another stream.
+# - A timeline gives the GPU idle fraction and the bound `window / busiest lane` on what overlap
+#   can gain; overlap hides the smaller of host and device time per step, never the larger.
+# - The engine's async mode schedules and prepares step N+1 while step N runs, carrying tokens it
+#   does not know yet as placeholders filled on the GPU: same tokens, less idle time.
+#
+# **Further reading**
+# - NVIDIA, *CUDA C++ Programming Guide*, sections "Asynchronous Concurrent Execution" and "Streams".
+# - PyTorch documentation, *CUDA semantics*: "Asynchronous execution", "CUDA streams", "Memory
+#   management" (`record_stream`).
+# - M. Harris, *How to Overlap Data Transfers in CUDA C/C++*, NVIDIA Technical Blog, 2012.
+# - vLLM and SGLang documentation on asynchronous (overlap) scheduling.
+#
+# **Next:** notebook 08 makes the GPU part itself faster, from naive attention to a flash-attention
+# kernel in Triton.
