@@ -1,13 +1,15 @@
 """Turns a scheduled step into tensors, runs the model over the paged cache, samples tokens.
 
-Rows are laid out decodes first, then padding rows, then prefill chunks, so attention can treat
-the first `num_decode` rows as one-query decodes (see paged_attention.py). Padding rows (finished
-members of a static batch, or rows that round a batch up to a captured CUDA-graph size) read and
-write a scratch block that no request owns.
+Two ways to lay out a step, picked once per runner:
+- split (CPU default): decodes first, then prefill chunks; attention treats the first rows as
+  one-query decodes and runs SDPA per prefilling sequence (see paged_attention.py);
+- varlen (CUDA default): one Triton kernel over query tiles handles decodes and prefill chunks
+  alike, so a mixed step has static shapes once its token count is rounded up to a bucket.
 
-On CUDA, decode-only steps replay a CUDA graph captured once per padded batch size, with static
-buffers for tokens, positions, slots and block tables (notebook 05's idea, applied to the paged
-cache): one launch instead of hundreds.
+Padding rows (finished members of a static batch, or rows rounding a batch up to a captured size)
+read and write a scratch block that no request owns. On CUDA, every step whose padded shape was
+captured replays a CUDA graph: one per decode batch size, and one per token bucket for mixed
+decode + prefill steps (notebook 05's static buffers, applied to the paged cache).
 """
 from __future__ import annotations
 
@@ -16,24 +18,27 @@ from dataclasses import dataclass
 import torch
 
 from ..models import llama, sampling
-from .paged_attention import EngineBatch, engine_attention
+from .paged_attention import TILE_M, EngineBatch, engine_attention, triton
 from .scheduler import Scheduled, SchedulerOutput
 
 GRAPH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
+TOKEN_BUCKETS = (128, 256, 512, 1024, 2048, 4096, 8192)
 
 
 @dataclass
 class StepInputs:
     batch: EngineBatch
-    order: list[Scheduled]        # the scheduled items, in row order
-    rows: list[int]               # logits row of each item in `order`
-    num_rows: int                 # rows computed, padding included
-    graph_size: int | None = None # captured batch size used, if any
+    order: list[Scheduled]         # the scheduled items, in row order
+    rows: list[int]                # logits row of each item in `order`
+    num_rows: int                  # rows computed, padding included
+    graph: tuple[str, int] | None = None   # ("decode", batch size) or ("mixed", tokens) when replayed
+    host: dict | None = None       # the host lists the batch was built from (for graph replay)
 
 
 class ModelRunner:
-    def __init__(self, model: llama.Transformer, num_blocks: int, block_size: int,
-                 max_blocks_per_seq: int, max_num_seqs: int, cuda_graphs: bool | None = None) -> None:
+    def __init__(self, model: llama.Transformer, num_blocks: int, block_size: int, max_blocks_per_seq: int,
+                 max_num_seqs: int, cuda_graphs: bool | None = None, varlen: bool | None = None,
+                 max_num_batched_tokens: int = 512) -> None:
         self.model = model
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
@@ -47,79 +52,113 @@ class ModelRunner:
         on_cuda = self.device.type == "cuda"
         if cuda_graphs and not on_cuda:
             raise ValueError("cuda_graphs=True needs the model on a CUDA device")
+        self.varlen = (on_cuda and triton is not None) if varlen is None else varlen
         self.use_graphs = on_cuda if cuda_graphs is None else cuda_graphs
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        # mixed steps hold at most the token budget plus one token per other row, plus a pad row
+        self.mixed_rows = max_num_seqs + 1
+        top = max_num_batched_tokens + self.mixed_rows
+        self.token_buckets = [b for b in TOKEN_BUCKETS if self.mixed_rows < b < top] + [top]
+        # pad steps to the captured shapes; tests turn this on without CUDA to check the layout
+        self.pad_shapes = self.use_graphs
+        self.graphs: dict[tuple[str, int], torch.cuda.CUDAGraph] = {}
         self._pin = on_cuda
 
     # ---- inputs -------------------------------------------------------------------------
+    def decode_sizes(self) -> list[int]:
+        return sorted({g for g in GRAPH_SIZES if g < self.max_num_seqs} | {self.max_num_seqs})
+
     def prepare(self, out: SchedulerOutput, tables: dict[str, list[int]]) -> StepInputs:
         ones = [s for s in out.scheduled if s.num_tokens == 1]
         many = [s for s in out.scheduled if s.num_tokens > 1]
-        n_dec = len(ones) + out.num_padding_rows
-        graph_size = None
-        if self.use_graphs and not many and n_dec <= self.max_num_seqs:
-            graph_size = next((g for g in self._graph_sizes() if g >= n_dec), None)
-        pad_rows = (graph_size or n_dec) - len(ones)
-        tokens, positions, slots, qstart, ctx, table_rows = [], [], [], [0], [], []
-        scratch_slot = self.scratch_block * self.block_size
-        prefills = []
         order = ones + many
-        for i, item in enumerate(order):
-            seq, n = item.seq, item.num_tokens
-            if i == len(ones):                     # padding rows sit between decodes and prefills
-                self._add_padding(pad_rows, tokens, positions, slots, qstart, ctx, table_rows, scratch_slot)
-            start = seq.num_computed
-            toks = seq.tokens[start:start + n]
-            table = tables[seq.request_id]
-            lo = len(tokens)
-            tokens.extend(toks)
-            positions.extend(range(start, start + n))
-            slots.extend(table[p // self.block_size] * self.block_size + p % self.block_size
-                         for p in range(start, start + n))
-            if n > 1:
-                prefills.append((len(ctx), lo, lo + n, start + n))
-            qstart.append(len(tokens))
-            ctx.append(start + n)
-            table_rows.append(table)
-        if len(order) == len(ones):
-            self._add_padding(pad_rows, tokens, positions, slots, qstart, ctx, table_rows, scratch_slot)
-        width = max(len(t) for t in table_rows)
-        bt = torch.full((len(table_rows), width), -1, dtype=torch.int32)
-        for r, t in enumerate(table_rows):
-            bt[r, :len(t)] = torch.tensor(t, dtype=torch.int32)
-        dev = self.device
-        to = lambda x, dt: torch.tensor(x, dtype=dt, pin_memory=self._pin).to(dev, non_blocking=True)  # noqa: E731
-        batch = EngineBatch(
-            tokens=to(tokens, torch.int64), positions=to(positions, torch.int64),
-            slot_mapping=to(slots, torch.int64), query_start=to(qstart, torch.int32),
-            context_lens=to(ctx, torch.int32),
-            block_tables=(bt.pin_memory() if self._pin else bt).to(dev, non_blocking=True),
-            max_query_len=max(s.num_tokens for s in order) if order else 1,
-            num_decode=len(ones) + pad_rows, prefills=prefills)
-        rows = list(range(len(ones))) + [len(ones) + pad_rows + j for j in range(len(many))]
-        return StepInputs(batch, order, rows, len(ctx), graph_size)
+        rows = [self._row(s, tables[s.seq.request_id]) for s in order]
+        graph = None
+        if not many:
+            n = len(ones) + out.num_padding_rows
+            if self.pad_shapes:
+                size = next((g for g in self.decode_sizes() if g >= n), None)
+                if size is not None:
+                    graph, n = ("decode", size), size
+            rows += [self._pad_row(1)] * (n - len(ones))
+        else:
+            assert out.num_padding_rows == 0, "padding rows only ride along in decode steps"
+            real = sum(len(r[0]) for r in rows)
+            if self.varlen and self.pad_shapes and len(rows) < self.mixed_rows:
+                need = real + self.mixed_rows - len(rows)
+                bucket = next((b for b in self.token_buckets if b >= need), None)
+                if bucket is not None:
+                    graph = ("mixed", bucket)
+                    pads = self.mixed_rows - len(rows)
+                    rows += [self._pad_row(1)] * (pads - 1) + [self._pad_row(bucket - real - (pads - 1))]
+        host = self._flatten(rows)
+        batch = self._to_device(host, num_decode=len(ones) if many else len(rows))
+        if many and not self.varlen:
+            lo = sum(len(r[0]) for r in rows[:len(ones)])
+            for i in range(len(ones), len(order)):
+                n = len(rows[i][0])
+                batch.prefills.append((i, lo, lo + n, rows[i][3]))
+                lo += n
+        return StepInputs(batch, order, list(range(len(order))), len(rows), graph, host)
 
-    def _add_padding(self, n, tokens, positions, slots, qstart, ctx, table_rows, scratch_slot):
-        for _ in range(n):
-            tokens.append(0)
-            positions.append(0)
-            slots.append(scratch_slot)
+    def _row(self, item: Scheduled, table: list[int]) -> tuple:
+        seq, n = item.seq, item.num_tokens
+        start = seq.num_computed
+        bs = self.block_size
+        positions = list(range(start, start + n))
+        slots = [table[p // bs] * bs + p % bs for p in positions]
+        return seq.tokens[start:start + n], positions, slots, start + n, table
+
+    def _pad_row(self, n: int) -> tuple:
+        """n tokens at position 0 in the scratch block: they attend only to themselves."""
+        return [0] * n, [0] * n, [self.scratch_block * self.block_size] * n, 1, [self.scratch_block]
+
+    def _flatten(self, rows: list[tuple]) -> dict:
+        tokens, positions, slots, qstart, ctx = [], [], [], [0], []
+        tile_row, tile_start, tile_len = [], [], []
+        for r, (toks, pos, sl, c, _) in enumerate(rows):
+            lo = len(tokens)
+            tokens += toks
+            positions += pos
+            slots += sl
             qstart.append(len(tokens))
-            ctx.append(1)
-            table_rows.append([self.scratch_block])
+            ctx.append(c)
+            if self.varlen and sl[0] != self.scratch_block * self.block_size:   # pad rows need no tiles
+                for t in range(lo, len(tokens), TILE_M):
+                    tile_row.append(r)
+                    tile_start.append(t)
+                    tile_len.append(min(TILE_M, len(tokens) - t))
+        width = max(len(r[4]) for r in rows)
+        table = [r[4] + [-1] * (width - len(r[4])) for r in rows]
+        return {"tokens": tokens, "positions": positions, "slots": slots, "qstart": qstart, "ctx": ctx,
+                "tables": table, "tiles": (tile_row, tile_start, tile_len)}
+
+    def _tensor(self, x, dtype):
+        t = torch.tensor(x, dtype=dtype, pin_memory=self._pin)
+        return t.to(self.device, non_blocking=True)
+
+    def _to_device(self, h: dict, num_decode: int) -> EngineBatch:
+        tiles = None
+        if self.varlen:
+            tiles = tuple(self._tensor(x, torch.int32) for x in h["tiles"])
+        qs = h["qstart"]
+        return EngineBatch(
+            tokens=self._tensor(h["tokens"], torch.int64), positions=self._tensor(h["positions"], torch.int64),
+            slot_mapping=self._tensor(h["slots"], torch.int64), query_start=self._tensor(qs, torch.int32),
+            context_lens=self._tensor(h["ctx"], torch.int32), block_tables=self._tensor(h["tables"], torch.int32),
+            max_query_len=max(b - a for a, b in zip(qs, qs[1:])), num_decode=num_decode, prefills=[],
+            tiles=tiles if (self.varlen and num_decode < len(h["ctx"])) else None)
 
     # ---- model --------------------------------------------------------------------------
     @torch.inference_mode()
     def run(self, inputs: StepInputs) -> torch.Tensor:
-        """Logits [rows, V] of the step (graph replay for captured decode sizes)."""
-        if inputs.graph_size is not None:
+        """Logits [rows, V] of the step (graph replay where the padded shape was captured)."""
+        if inputs.graph is not None and self.use_graphs:
             return self._replay(inputs)
         return self.model.forward_paged(inputs.batch, self.cache)
 
     def sample(self, logits: torch.Tensor, inputs: StepInputs) -> list[int | None]:
         """One token per item that samples (None for mid-prefill chunks). One host sync."""
-        rows = torch.tensor(inputs.rows, device=logits.device)
-        picked = logits[rows]
+        picked = logits[:len(inputs.order)]
         toks = picked.argmax(dim=-1)
         for i, item in enumerate(inputs.order):
             p = item.seq.params
@@ -127,36 +166,43 @@ class ModelRunner:
                 continue
             if p.seed is not None and item.seq.generator is None:
                 item.seq.generator = torch.Generator(device=logits.device).manual_seed(p.seed)
-            toks[i] = sampling.sample(picked[i:i + 1], p.temperature, p.top_k, p.top_p,
-                                      item.seq.generator)[0]
+            toks[i] = sampling.sample(picked[i:i + 1], p.temperature, p.top_k, p.top_p, item.seq.generator)[0]
         values = toks.tolist()
         return [v if item.sample else None for v, item in zip(values, inputs.order)]
 
     # ---- CUDA graphs --------------------------------------------------------------------
-    def _graph_sizes(self) -> list[int]:
-        sizes = [g for g in GRAPH_SIZES if g < self.max_num_seqs] + [self.max_num_seqs]
-        return sorted(set(sizes))
-
     @torch.inference_mode()
     def capture(self) -> None:
-        """Capture one decode step per padded batch size, largest first (they share a pool)."""
+        """Capture a decode step per padded batch size and (varlen) a mixed step per token bucket,
+        largest first so that they share one memory pool."""
         if not self.use_graphs or self.graphs:
             return
-        n, W, dev = self.max_num_seqs, self.max_blocks_per_seq, self.device
+        R = max(self.max_num_seqs, self.mixed_rows)
+        T = max(self.token_buckets) if self.varlen else self.max_num_seqs
+        W, dev = self.max_blocks_per_seq, self.device
+        max_tiles = T // TILE_M + R
         scratch_slot = self.scratch_block * self.block_size
         self._buf = {
-            "tokens": torch.zeros(n, dtype=torch.int64, device=dev),
-            "positions": torch.zeros(n, dtype=torch.int64, device=dev),
-            "slots": torch.full((n,), scratch_slot, dtype=torch.int64, device=dev),
-            "qstart": torch.arange(n + 1, dtype=torch.int32, device=dev),
-            "ctx": torch.ones(n, dtype=torch.int32, device=dev),
-            "tables": torch.full((n, W), self.scratch_block, dtype=torch.int32, device=dev),
+            "tokens": torch.zeros(T, dtype=torch.int64, device=dev),
+            "positions": torch.zeros(T, dtype=torch.int64, device=dev),
+            "slots": torch.full((T,), scratch_slot, dtype=torch.int64, device=dev),
+            "qstart": torch.arange(R + 1, dtype=torch.int32, device=dev),
+            "ctx": torch.ones(R, dtype=torch.int32, device=dev),
+            "tables": torch.full((R, W), self.scratch_block, dtype=torch.int32, device=dev),
+            "tile_row": torch.full((max_tiles,), -1, dtype=torch.int32, device=dev),
+            "tile_start": torch.zeros(max_tiles, dtype=torch.int32, device=dev),
+            "tile_len": torch.zeros(max_tiles, dtype=torch.int32, device=dev),
         }
-        self._out: dict[int, torch.Tensor] = {}
-        pool = None
-        stream = torch.cuda.Stream()
-        for size in sorted(self._graph_sizes(), reverse=True):
-            batch = self._graph_batch(size)
+        keys = [("decode", s) for s in self.decode_sizes()]
+        if self.varlen:
+            keys += [("mixed", b) for b in self.token_buckets]
+        self._out: dict[tuple[str, int], torch.Tensor] = {}
+        pool, stream = None, torch.cuda.Stream()
+        for key in sorted(keys, key=lambda k: -k[1]):
+            batch = self._graph_batch(key)
+            if key[0] == "mixed":    # a valid layout: R rows of one token, the rest in the last
+                self._buf["qstart"][:R + 1].copy_(torch.arange(R + 1, device=dev).clamp(max=key[1]))
+                self._buf["qstart"][R] = key[1]
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 for _ in range(2):                   # warm-up: Triton compiles, allocator settles
@@ -164,27 +210,44 @@ class ModelRunner:
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                self._out[size] = self.model.forward_paged(batch, self.cache)
+                self._out[key] = self.model.forward_paged(batch, self.cache)
             pool = graph.pool()
-            self.graphs[size] = graph
+            self.graphs[key] = graph
+            self._buf["qstart"].copy_(torch.arange(R + 1, dtype=torch.int32, device=dev))
         torch.cuda.synchronize()
 
-    def _graph_batch(self, size: int) -> EngineBatch:
+    def _graph_batch(self, key: tuple[str, int]) -> EngineBatch:
         b = self._buf
-        return EngineBatch(tokens=b["tokens"][:size], positions=b["positions"][:size],
-                           slot_mapping=b["slots"][:size], query_start=b["qstart"][:size + 1],
-                           context_lens=b["ctx"][:size], block_tables=b["tables"][:size],
-                           max_query_len=1, num_decode=size, prefills=[])
+        kind, n = key
+        if kind == "decode":
+            return EngineBatch(tokens=b["tokens"][:n], positions=b["positions"][:n], slot_mapping=b["slots"][:n],
+                               query_start=b["qstart"][:n + 1], context_lens=b["ctx"][:n],
+                               block_tables=b["tables"][:n], max_query_len=1, num_decode=n, prefills=[])
+        R, tiles = self.mixed_rows, n // TILE_M + self.mixed_rows
+        return EngineBatch(tokens=b["tokens"][:n], positions=b["positions"][:n], slot_mapping=b["slots"][:n],
+                           query_start=b["qstart"][:R + 1], context_lens=b["ctx"][:R],
+                           block_tables=b["tables"][:R], max_query_len=n, num_decode=0, prefills=[],
+                           tiles=(b["tile_row"][:tiles], b["tile_start"][:tiles], b["tile_len"][:tiles]))
 
     def _replay(self, inputs: StepInputs) -> torch.Tensor:
         if not self.graphs:
             self.capture()
-        size, batch, b = inputs.graph_size, inputs.batch, self._buf
-        b["tokens"][:size].copy_(batch.tokens, non_blocking=True)
-        b["positions"][:size].copy_(batch.positions, non_blocking=True)
-        b["slots"][:size].copy_(batch.slot_mapping, non_blocking=True)
-        b["ctx"][:size].copy_(batch.context_lens, non_blocking=True)
+        key, batch, b = inputs.graph, inputs.batch, self._buf
+        n = batch.tokens.shape[0]
+        rows = batch.context_lens.shape[0]
+        b["tokens"][:n].copy_(batch.tokens, non_blocking=True)
+        b["positions"][:n].copy_(batch.positions, non_blocking=True)
+        b["slots"][:n].copy_(batch.slot_mapping, non_blocking=True)
+        b["ctx"][:rows].copy_(batch.context_lens, non_blocking=True)
         w = batch.block_tables.shape[1]
-        b["tables"][:size, :w].copy_(batch.block_tables, non_blocking=True)
-        self.graphs[size].replay()
-        return self._out[size]
+        b["tables"][:rows, :w].copy_(batch.block_tables, non_blocking=True)
+        if key[0] == "mixed":
+            b["qstart"][:rows + 1].copy_(batch.query_start, non_blocking=True)
+            k = batch.tiles[0].shape[0]
+            b["tile_row"].fill_(-1)
+            for name, t in zip(("tile_row", "tile_start", "tile_len"), batch.tiles):
+                b[name][:k].copy_(t, non_blocking=True)
+        self.graphs[key].replay()
+        if key[0] == "mixed":     # the next decode graph expects one token per row again
+            b["qstart"].copy_(torch.arange(b["qstart"].shape[0], dtype=torch.int32, device=self.device))
+        return self._out[key]

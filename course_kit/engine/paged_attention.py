@@ -32,6 +32,12 @@ except ImportError:  # pragma: no cover - triton is optional on CPU
 class EngineBatch(PagedBatch):
     num_decode: int = 0                                           # rows [0, num_decode) decode
     prefills: list[tuple[int, int, int, int]] = field(default_factory=list)  # (row, lo, hi, ctx)
+    # varlen mode (GPU): query tiles of at most TILE_M tokens, each from one row: (row, start, len),
+    # row -1 for unused tiles. One kernel then handles decodes and prefill chunks alike.
+    tiles: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+
+TILE_M = 16
 
 
 def _gather_decode(q, k_cache, v_cache, tables, positions, scale):
@@ -81,6 +87,79 @@ if triton is not None:
         out = acc / l[:, None]
         tl.store(out_ptr + seq * stride_on + heads[:, None] * stride_oh + d[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=gmask[:, None] & dmask[None, :])
+
+
+if triton is not None:
+    @triton.jit
+    def _paged_varlen_kernel(q_ptr, k_ptr, v_ptr, table_ptr, pos_ptr, tile_row_ptr, tile_start_ptr,
+                             tile_len_ptr, out_ptr, scale,
+                             stride_qn, stride_qh, stride_kb, stride_kt, stride_kh, stride_tb,
+                             stride_on, stride_oh,
+                             G: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, BS: tl.constexpr,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
+        tile = tl.program_id(0)
+        h = tl.program_id(1)
+        row = tl.load(tile_row_ptr + tile)
+        start = tl.load(tile_start_ptr + tile)
+        n = tl.where(row >= 0, tl.load(tile_len_ptr + tile), 0)
+        row = tl.maximum(row, 0)
+        m_idx = tl.arange(0, BLOCK_M)
+        d = tl.arange(0, DP)
+        qmask = m_idx < n
+        dmask = d < D
+        tok = (start + m_idx).to(tl.int64)
+        q = tl.load(q_ptr + tok[:, None] * stride_qn + h * stride_qh + d[None, :],
+                    mask=qmask[:, None] & dmask[None, :], other=0.0)
+        qpos = tl.load(pos_ptr + tok, mask=qmask, other=0)
+        hi = tl.where(n > 0, tl.max(qpos, 0) + 1, 0)      # keys up to the tile's last position
+        kvh = h // G
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, DP], tl.float32)
+        for kstart in range(0, hi, BLOCK_N):
+            t = kstart + tl.arange(0, BLOCK_N)
+            tmask = t < hi
+            block = tl.load(table_ptr + row * stride_tb + t // BS, mask=tmask, other=0).to(tl.int64)
+            base = block * stride_kb + (t % BS) * stride_kt + kvh * stride_kh
+            kv_mask = tmask[:, None] & dmask[None, :]
+            k = tl.load(k_ptr + base[:, None] + d[None, :], mask=kv_mask, other=0.0)
+            s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale          # [BLOCK_M, BLOCK_N]
+            s = tl.where((t[None, :] <= qpos[:, None]) & tmask[None, :], s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            alpha = tl.exp(m - m_new)
+            p = tl.exp(s - m_new[:, None])
+            v = tl.load(v_ptr + base[:, None] + d[None, :], mask=kv_mask, other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+            l = l * alpha + tl.sum(p, 1)
+            m = m_new
+        out = acc / l[:, None]
+        tl.store(out_ptr + tok[:, None] * stride_on + h * stride_oh + d[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=qmask[:, None] & dmask[None, :])
+
+
+def paged_varlen_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                        block_tables: torch.Tensor, positions: torch.Tensor,
+                        tiles: tuple[torch.Tensor, torch.Tensor, torch.Tensor], scale: float,
+                        block_n: int = 64) -> torch.Tensor:
+    """Causal attention for any mix of decodes and prefill chunks, straight from the block table.
+
+    Each program takes one query tile (up to TILE_M tokens of one sequence) and one head, and
+    streams that sequence's keys up to the tile's last position, masking key > query position.
+    Static shapes for a given number of tokens and tiles, so mixed steps can be graph-captured.
+    """
+    if triton is None:
+        raise RuntimeError("paged_varlen_triton needs triton")
+    N, H, D = q.shape
+    _, bs, n_kv, _ = k_cache.shape
+    out = torch.zeros_like(q)        # rows of unused tiles (padding) stay finite
+    tile_row, tile_start, tile_len = tiles
+    _paged_varlen_kernel[(tile_row.shape[0], H)](
+        q, k_cache, v_cache, block_tables, positions, tile_row, tile_start, tile_len, out, scale,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        block_tables.stride(0), out.stride(0), out.stride(1),
+        G=H // n_kv, D=D, DP=max(16, triton.next_power_of_2(D)), BS=bs, BLOCK_M=TILE_M,
+        BLOCK_N=max(16, block_n), PREC="ieee" if q.dtype == torch.float32 else "tf32")
+    return out
 
 
 def paged_decode_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -133,6 +212,9 @@ def engine_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     if not isinstance(batch, EngineBatch):
         from ..models.kv_cache import paged_attention_reference
         return paged_attention_reference(q, k_cache, v_cache, batch, scale)
+    if batch.tiles is not None:
+        return paged_varlen_triton(q.contiguous(), k_cache, v_cache, batch.block_tables, batch.positions,
+                                   batch.tiles, scale)
     nd = batch.num_decode
     if nd == q.shape[0] and not batch.prefills:
         return _decode(q, k_cache, v_cache, batch, scale)
