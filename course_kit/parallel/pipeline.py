@@ -123,14 +123,55 @@ def stage_of(model: nn.Sequential, rank: int, p: int) -> nn.Sequential:
     return model[rank * n // p: (rank + 1) * n // p]
 
 
+class _P2P:
+    """Point-to-point messages paired the way Megatron-LM pairs them.
+
+    A send is held back until the next receive: if that receive is from the same peer, both go
+    out in one batch (send activation + receive gradient, or send gradient + receive activation).
+    Without the pairing, two neighbours that each send before they receive can wait on each
+    other forever with NCCL, where a large send only completes when its receive is posted.
+    """
+
+    def __init__(self) -> None:
+        self.pending: tuple[torch.Tensor, int] | None = None
+        self.works: list[Any] = []
+
+    def flush(self) -> None:
+        if self.pending is not None:
+            t, peer = self.pending
+            self.works += dist.batch_isend_irecv([dist.P2POp(dist.isend, t, peer)])
+            self.pending = None
+
+    def send(self, t: torch.Tensor, peer: int) -> None:
+        self.flush()
+        self.pending = (t.contiguous(), peer)
+
+    def recv(self, buf: torch.Tensor, peer: int) -> torch.Tensor:
+        ops = [dist.P2POp(dist.irecv, buf, peer)]
+        if self.pending is not None and self.pending[1] == peer:
+            ops.insert(0, dist.P2POp(dist.isend, *self.pending))
+            self.pending = None
+        else:
+            self.flush()
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        return buf
+
+    def finish(self) -> None:
+        self.flush()
+        for w in self.works:
+            w.wait()
+        self.works = []
+
+
 def run_pipeline(stage: nn.Module, x: torch.Tensor | None, y: torch.Tensor | None, m: int,
                  kind: str = "1f1b", hidden: int | None = None,
                  batch: int | None = None) -> tuple[torch.Tensor | None, list[dict]]:
     """One training step of the pipeline on this rank: forwards and backwards of m micro-batches.
 
     Rank 0 gets the inputs `x`, the last rank the targets `y` (loss: mean squared error, averaged
-    over the whole batch). Sends are non-blocking and receives blocking, so a rank only waits
-    for data it needs. Returns (loss on the last rank else None, compute events with host times).
+    over the whole batch). Returns (loss on the last rank else None, compute events with host
+    times: each starts once its input has arrived).
     """
     rank, p = dist.get_rank(), dist.get_world_size()
     dev = next(stage.parameters()).device
@@ -144,7 +185,7 @@ def run_pipeline(stage: nn.Module, x: torch.Tensor | None, y: torch.Tensor | Non
     ys = y.chunk(m) if y is not None else None
     inputs: dict[int, torch.Tensor] = {}
     outputs: dict[int, torch.Tensor] = {}
-    pending: list[Any] = []
+    comm = _P2P()
     events: list[dict] = []
     loss_total = torch.zeros((), device=dev, dtype=dtype)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
@@ -153,8 +194,7 @@ def run_pipeline(stage: nn.Module, x: torch.Tensor | None, y: torch.Tensor | Non
             if rank == 0:
                 inp = xs[i].clone().requires_grad_()
             else:
-                inp = torch.empty(mb, hidden, device=dev, dtype=dtype)
-                dist.recv(inp, src=rank - 1)
+                inp = comm.recv(torch.empty(mb, hidden, device=dev, dtype=dtype), rank - 1)
                 inp.requires_grad_()
             sync()
             t0 = time.perf_counter()
@@ -165,12 +205,11 @@ def run_pipeline(stage: nn.Module, x: torch.Tensor | None, y: torch.Tensor | Non
             t1 = time.perf_counter()
             inputs[i], outputs[i] = inp, out
             if rank < p - 1:
-                pending.append(dist.isend(out.detach().contiguous(), dst=rank + 1))
+                comm.send(out.detach(), rank + 1)
         else:
             grad = None
             if rank < p - 1:
-                grad = torch.empty(mb, hidden, device=dev, dtype=dtype)
-                dist.recv(grad, src=rank + 1)
+                grad = comm.recv(torch.empty(mb, hidden, device=dev, dtype=dtype), rank + 1)
             sync()
             t0 = time.perf_counter()
             outputs[i].backward(grad)
@@ -179,11 +218,10 @@ def run_pipeline(stage: nn.Module, x: torch.Tensor | None, y: torch.Tensor | Non
             if rank == p - 1:
                 loss_total += outputs[i].detach()
             if rank > 0:
-                pending.append(dist.isend(inputs[i].grad.contiguous(), dst=rank - 1))
+                comm.send(inputs[i].grad, rank - 1)
             del inputs[i], outputs[i]  # this micro-batch's activations are freed now
         events.append({"rank": rank, "kind": k, "mb": i, "start": t0, "end": t1})
-    for w in pending:
-        w.wait()
+    comm.finish()
     return (loss_total if rank == p - 1 else None), events
 
 

@@ -1,0 +1,165 @@
+"""`course-kit bench parallel`: collectives, tensor-parallel MLP and decode on 1, 2, 4, 8 GPUs.
+
+This one process starts the ranks itself (course_kit.parallel.launcher): for every world size
+n = 1, 2, 4, ... up to the GPUs visible (NCCL, one GPU per rank; gloo processes on a CPU), one
+group runs, in order:
+1. all-reduce bus bandwidth against message size (n >= 2), and bandwidth of all-gather,
+   reduce-scatter and all-to-all at one size;
+2. the SwiGLU MLP (hidden 8192, FFN 28672, 4096 tokens, bf16 on a large GPU): unsharded at n = 1,
+   tensor parallel at n >= 2, checked against the unsharded output on every rank;
+3. greedy decode (batch 1) of the course model, llama-1b shape and the Llama 3 8B shape with
+   random weights: float32 first, whose tokens must be identical at every n (the correctness
+   check), then the timed run in bf16, eager and captured in a CUDA graph;
+4. a pipeline (GPipe and 1F1B) over n stages: measured bubble against (p-1)/(m+p-1).
+The summary holds the ratios against one GPU, all measured in this run.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .. import bench
+from ..parallel import comm, launcher, measure, pipeline
+
+MB = 1 << 20
+SIZES: dict[str, dict[str, Any]] = {
+    "full": {"allreduce_bytes": [1 << k for k in range(10, 31, 2)] + [256 * MB],
+             "coll_bytes": 256 * MB, "mlp": [8192, 28672, 4096], "dtype": "bfloat16",
+             "models": ["llama-1b", "llama3-8b"], "prompt_len": 16, "new_tokens": 128,
+             "check_tokens": 32, "pp": {"hidden": 1024, "n_layers": 8, "batch": 2048},
+             "pp_m": [1, 2, 4, 8, 16], "repeat": 20, "cpu_world": 2},
+    "small_gpu": {"allreduce_bytes": [1 << k for k in range(10, 29, 2)], "coll_bytes": 64 * MB,
+                  "mlp": [4096, 14336, 2048], "dtype": "float16", "models": ["llama-1b"],
+                  "prompt_len": 16, "new_tokens": 64, "check_tokens": 16,
+                  "pp": {"hidden": 1024, "n_layers": 8, "batch": 1024}, "pp_m": [1, 2, 4, 8],
+                  "repeat": 10, "cpu_world": 2},
+    "cpu": {"allreduce_bytes": [1 << k for k in range(10, 23, 4)], "coll_bytes": MB,
+            "mlp": [512, 1024, 256], "dtype": "float32", "models": ["tiny"], "prompt_len": 8,
+            "new_tokens": 16, "check_tokens": 8, "pp": {"hidden": 256, "n_layers": 4, "batch": 256},
+            "pp_m": [1, 4], "repeat": 5, "cpu_world": 2},
+    "smoke": {"allreduce_bytes": [1 << 10, 1 << 16], "coll_bytes": 1 << 16, "mlp": [64, 128, 32],
+              "dtype": "float32", "models": ["tiny"], "prompt_len": 4, "new_tokens": 6,
+              "check_tokens": 6, "pp": {"hidden": 32, "n_layers": 4, "batch": 32}, "pp_m": [2],
+              "repeat": 2, "cpu_world": 2},
+}
+MLP_TARGET = 1.7      # issue 10: TP=2 MLP at >= 1.7x one GPU
+
+
+def world_sizes(n_devices: int) -> list[int]:
+    """1, 2, 4, ... up to n_devices (powers of two, so that heads and FFN split evenly)."""
+    if n_devices < 1:
+        raise ValueError(f"n_devices={n_devices}; need at least 1")
+    out, n = [], 1
+    while n <= n_devices:
+        out.append(n)
+        n *= 2
+    return out
+
+
+def on_rank(rank: int, world_size: int, p: dict[str, Any]) -> dict[str, Any]:
+    """Everything one group measures (runs on every rank; rank 0's answer is kept)."""
+    out: dict[str, Any] = {"collectives": [], "mlp": None, "decode": [], "pipeline": []}
+    rep = p["repeat"]
+    if world_size > 1:
+        out["collectives"] = comm.measure_collective(rank, world_size, "all_reduce",
+                                                     p["allreduce_bytes"], p["dtype"], 3, rep)
+        for op in ("all_gather", "reduce_scatter", "all_to_all"):
+            out["collectives"] += comm.measure_collective(rank, world_size, op, [p["coll_bytes"]],
+                                                          p["dtype"], 3, rep)
+    h, f, t = p["mlp"]
+    out["mlp"] = measure.mlp_on_rank(rank, world_size, h, f, t, p["dtype"], 3, rep)
+    for name in p["models"]:
+        check = measure.decode_on_rank(rank, world_size, name, "float32", p["prompt_len"],
+                                       p["check_tokens"], use_graph=False)
+        timed = measure.decode_on_rank(rank, world_size, name, p["dtype"], p["prompt_len"],
+                                       p["new_tokens"])
+        timed["fp32_tokens"] = check["tokens"]
+        out["decode"].append(timed)
+    if world_size > 1 and p["pp"]["n_layers"] % world_size == 0:
+        for m in p["pp_m"]:
+            for kind in pipeline.SCHEDULES:
+                ev = pipeline.measure_pp(rank, world_size, kind, m, repeat=3, **p["pp"])
+                out["pipeline"].append({"schedule": kind, "p": world_size, "m": m, "events": ev,
+                                        "bubble": pipeline.bubble_of(ev),
+                                        "theory": pipeline.bubble_theory(world_size, m)})
+    return out
+
+
+def _first_divergence(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def summarise(per_world: dict[int, dict[str, Any]]) -> tuple[list[dict], dict[str, Any], dict]:
+    """Rows, summary (ratios vs world 1 of this run) and pipeline timelines from the raw outputs."""
+    rows: list[dict] = []
+    summary: dict[str, Any] = {"world_sizes": sorted(per_world)}
+    timelines: dict[str, list] = {}
+    base = per_world.get(1)
+    for n, out in sorted(per_world.items()):
+        for c in out["collectives"]:
+            rows.append({"name": c["op"], **c})
+            if c["op"] == "all_reduce" and c["bytes"] == 256 * MB:
+                summary[f"allreduce_busbw_GBps_256MB_n{n}"] = c["busbw_GBps"]
+        ar = [c for c in out["collectives"] if c["op"] == "all_reduce"]
+        if ar:
+            summary[f"allreduce_busbw_GBps_peak_n{n}"] = max(c["busbw_GBps"] for c in ar)
+        mlp = dict(out["mlp"])
+        if base is not None:
+            mlp["speedup"] = base["mlp"]["median_s"] / mlp["median_s"]
+            summary[f"mlp_speedup_tp{n}"] = mlp["speedup"]
+        summary[f"mlp_max_rel_err_tp{n}"] = mlp["max_rel_err"]
+        rows.append({"name": "tp_mlp", **mlp})
+        for d in out["decode"]:
+            row = {k: v for k, v in d.items() if k not in ("tokens", "fp32_tokens")}
+            key = f"{d['model']}_tp{n}"
+            summary[f"decode_tokens_per_s_{key}"] = d["tokens_per_s"]
+            if base is not None:
+                ref = next(b for b in base["decode"] if b["model"] == d["model"])
+                row["speedup"] = ref["s_per_token"] / d["s_per_token"]
+                row["fp32_tokens_identical"] = d["fp32_tokens"] == ref["fp32_tokens"]
+                row["fp32_first_divergence"] = _first_divergence(d["fp32_tokens"], ref["fp32_tokens"])
+                row["low_precision_tokens_identical"] = d["tokens"] == ref["tokens"]
+                row["low_precision_first_divergence"] = _first_divergence(d["tokens"], ref["tokens"])
+                summary[f"decode_speedup_{key}"] = row["speedup"]
+                summary[f"decode_tokens_identical_{key}"] = row["fp32_tokens_identical"]
+            rows.append({"name": "decode", **row})
+        for pp in out["pipeline"]:
+            rows.append({"name": "pipeline", **{k: v for k, v in pp.items() if k != "events"}})
+            timelines[f"{pp['schedule']}_p{pp['p']}_m{pp['m']}"] = pp["events"]
+    if 2 in per_world and base is not None:
+        summary["mlp_tp2_target"] = MLP_TARGET
+        summary["mlp_tp2_meets_target"] = summary["mlp_speedup_tp2"] >= MLP_TARGET
+        first = per_world[1]["decode"][0]["model"] if per_world[1]["decode"] else None
+        if first:
+            summary["decode_tp2_faster"] = summary[f"decode_speedup_{first}_tp2"] > 1.0
+            summary["decode_tp2_tokens_identical"] = summary[f"decode_tokens_identical_{first}_tp2"]
+    return rows, summary, timelines
+
+
+@bench.topic("parallel", help="NCCL bus bandwidth, TP MLP and TP decode against one GPU, pipeline bubble")
+def run(params: dict) -> dict:
+    size = params.get("size", "cpu")
+    if size not in SIZES:
+        raise ValueError(f"size={size!r}; choose one of {list(SIZES)}")
+    p = {**SIZES[size], **{k: v for k, v in params.items() if k in SIZES[size]}}
+    cuda = torch.cuda.is_available()
+    if cuda and p["dtype"] == "bfloat16" and not torch.cuda.is_bf16_supported():
+        p["dtype"] = "float16"
+    n_dev = torch.cuda.device_count() if cuda else int(params.get("cpu_world", p["cpu_world"]))
+    worlds = [int(w) for w in params.get("worlds", world_sizes(n_dev))]
+    backend = "nccl" if cuda else "gloo"
+    per_world: dict[int, dict[str, Any]] = {}
+    for n in bench.progress(worlds, desc="world sizes"):
+        if cuda:  # a fresh group per size: its GPUs' memory is released when it ends
+            with launcher.Pool(n, backend) as pool:
+                per_world[n] = pool.run(on_rank, p, timeout_s=900)[0]
+        else:
+            per_world[n] = launcher.get_pool(n, backend).run(on_rank, p)[0]
+    rows, summary, timelines = summarise(per_world)
+    summary["backend"] = backend
+    return {"params": {**p, "worlds": worlds, "backend": backend}, "results": rows,
+            "summary": summary, "timelines": timelines}

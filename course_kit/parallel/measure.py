@@ -1,0 +1,192 @@
+"""Measurements that run on every rank of a launched group (used by `course-kit bench parallel`
+and notebook 09): the TP MLP against one GPU, and TP decode of the course model.
+
+Each function checks correctness first and then times, with CUDA events on GPUs (host clocks on
+CPU); the slowest rank's median is reported, since a collective is only done when all are.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import replace
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from ..models import llama
+from .comm import world
+from .tensor import SwiGLU, TPSwiGLU
+from .tp_llama import shard_llama
+
+# Llama 3.1 8B's shape (random weights): large enough that one token's weights are 16 GB.
+LLAMA3_8B = llama.ModelConfig(vocab_size=128256, dim=4096, n_layers=32, n_heads=32, n_kv_heads=8,
+                              ffn_dim=14336, rope_theta=500000.0,
+                              rope_scaling=dict(llama.LLAMA3_SCALING), max_seq_len=8192,
+                              tie_embeddings=False, name="llama3-8b")
+
+
+def model_config(name: str) -> llama.ModelConfig:
+    """A course-model preset, or "llama3-8b"."""
+    return replace(LLAMA3_8B) if name == "llama3-8b" else llama.ModelConfig.from_preset(name)
+
+
+def _device() -> torch.device:
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def time_calls(fn: Callable[[], Any], dev: torch.device, warmup: int, repeat: int) -> float:
+    """Median seconds of fn() over `repeat` calls, the slowest rank's (ranks start together)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        if dist.is_initialized():
+            dist.barrier()
+        _sync(dev)
+        if dev.type == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    med = torch.tensor([statistics.median(times)], dtype=torch.float64, device=dev)
+    if dist.is_initialized():
+        dist.all_reduce(med, op=dist.ReduceOp.MAX)
+    return float(med.item())
+
+
+@torch.inference_mode()
+def mlp_on_rank(rank: int, world_size: int, hidden: int, ffn: int, tokens: int, dtype: str,
+                warmup: int = 3, repeat: int = 10, seed: int = 0) -> dict[str, Any]:
+    """The SwiGLU MLP on this group: one GPU unsharded (world 1) or TP over all ranks.
+
+    Every rank builds the same full MLP (same seed) to check the TP output against it.
+    """
+    dev, dt = _device(), getattr(torch, dtype)
+    torch.manual_seed(seed)
+    with torch.device(dev):
+        ref = SwiGLU(hidden, ffn).to(dt)
+        x = torch.randn(tokens, hidden, dtype=dt)
+    if world_size == 1:
+        fn: Callable[[], Any] = lambda: ref(x)  # noqa: E731
+        err = 0.0
+    else:
+        tp = TPSwiGLU(ref)
+        y_ref = ref(x).float()
+        err = float((tp(x).float() - y_ref).abs().max() / y_ref.abs().max())
+        del ref, y_ref
+        torch.cuda.empty_cache() if dev.type == "cuda" else None
+        fn = lambda: tp(x)  # noqa: E731
+    sec = time_calls(fn, dev, warmup, repeat)
+    row = {"tp": world_size, "median_s": sec, "tflops": 6 * tokens * hidden * ffn / sec / 1e12,
+           "max_rel_err": err}
+    if world_size > 1:  # the same shard's matmuls without the all-reduce: what TP costs in comm
+        g, u, d = tp.gate.weight, tp.up.weight, tp.down.weight
+        row["compute_only_s"] = time_calls(
+            lambda: torch.nn.functional.linear(
+                torch.nn.functional.silu(x @ g.t()) * (x @ u.t()), d), dev, warmup, repeat)
+    return row
+
+
+def _build(name: str, dtype: torch.dtype, dev: torch.device, seed: int) -> llama.Transformer:
+    model = llama.Transformer.from_config(model_config(name), seed=seed, dtype=dtype, device=dev)
+    _, n = world()
+    if n == 1:
+        return model
+    tp = shard_llama(model)
+    del model
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    return tp
+
+
+def _graph(step: Callable[[], Any]) -> Any:
+    """Capture step() in a CUDA graph (after warm-up on a side stream); None if it fails."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    try:  # other threads (NCCL's watchdog) may touch CUDA during capture: keep it thread-local
+        ctx = torch.cuda.graph(g, capture_error_mode="thread_local")
+    except TypeError:
+        ctx = torch.cuda.graph(g)
+    with ctx:
+        step()
+    return g
+
+
+@torch.inference_mode()
+def decode_on_rank(rank: int, world_size: int, model_name: str, dtype: str, prompt_len: int = 16,
+                   new_tokens: int = 64, use_graph: bool = True, seed: int = 0) -> dict[str, Any]:
+    """Greedy decode of batch 1: tokens and time per token, eager and (on GPUs) CUDA graph.
+
+    world 1 runs the unsharded course model; larger worlds run its TP shards (shard_llama).
+    """
+    dev, dt = _device(), getattr(torch, dtype)
+    model = _build(model_name, dt, dev, seed)
+    cfg = model.config
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(0, cfg.vocab_size, (1, prompt_len), generator=g).to(dev)
+    cache = llama.StaticKVCache(cfg, 1, prompt_len + new_tokens + 8, dt, dev)
+    first = model.prefill(prompt, cache)[:, -1].argmax(-1)
+    tok = first.clone()
+    pos = torch.full((1,), prompt_len, dtype=torch.long, device=dev)
+
+    def step() -> None:
+        tok.copy_(model.decode(tok, pos, cache).argmax(-1))
+        pos.add_(1)
+
+    def run(fn: Callable[[], None]) -> tuple[list[int], float]:
+        tok.copy_(first)
+        pos.fill_(prompt_len)
+        out = [tok.clone()]
+        if dist.is_initialized():
+            dist.barrier()
+        _sync(dev)
+        t0 = time.perf_counter()
+        for _ in range(new_tokens - 1):
+            fn()
+            out.append(tok.clone())
+        _sync(dev)
+        sec = (time.perf_counter() - t0) / (new_tokens - 1)
+        return torch.cat(out).tolist(), sec
+
+    eager_tokens, _ = run(step)          # warm-up (allocator, cuBLAS, NCCL)
+    eager_tokens, eager_s = run(step)
+    row: dict[str, Any] = {"model": model_name, "tp": world_size, "dtype": dtype,
+                           "tokens": eager_tokens, "eager_s_per_token": eager_s}
+    if use_graph and dev.type == "cuda":
+        try:
+            graph = _graph(step)
+            graph_tokens, _ = run(graph.replay)
+            graph_tokens, graph_s = run(graph.replay)
+            row.update({"graph_s_per_token": graph_s, "graph_tokens_equal_eager": graph_tokens == eager_tokens})
+        except Exception as e:  # noqa: BLE001 - record why, keep the eager figure
+            row["graph_error"] = f"{type(e).__name__}: {e}"[:300]
+    best = row.get("graph_s_per_token", eager_s)
+    sec = torch.tensor([best], dtype=torch.float64, device=dev)
+    if dist.is_initialized():
+        dist.all_reduce(sec, op=dist.ReduceOp.MAX)
+    row["s_per_token"] = float(sec.item())
+    row["tokens_per_s"] = 1.0 / row["s_per_token"]
+    row["mode"] = "cuda_graph" if "graph_s_per_token" in row else "eager"
+    del model, cache
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    return row

@@ -1,0 +1,50 @@
+"""`course-kit bench parallel` end to end at smoke size: gloo on CPU; NCCL on GPUs (marked gpu)."""
+import pytest
+import torch
+
+from course_kit import bench
+from course_kit.benchmarks import parallel as bp
+
+
+def test_world_sizes_are_powers_of_two():
+    assert bp.world_sizes(1) == [1]
+    assert bp.world_sizes(2) == [1, 2]
+    assert bp.world_sizes(6) == [1, 2, 4]
+    assert bp.world_sizes(8) == [1, 2, 4, 8]
+    with pytest.raises(ValueError, match="n_devices"):
+        bp.world_sizes(0)
+
+
+def _check_record(rec, worlds):
+    s = rec["summary"]
+    assert s["world_sizes"] == worlds
+    names = {r["name"] for r in rec["results"]}
+    assert {"tp_mlp", "decode"} <= names
+    for n in worlds:
+        assert s[f"mlp_max_rel_err_tp{n}"] < (2e-2 if rec["params"]["dtype"] != "float32" else 1e-5)
+        assert s[f"decode_tokens_identical_tiny_tp{n}"] is True
+    if 2 in worlds:
+        assert {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "pipeline"} <= names
+        assert "decode_tp2_tokens_identical" in s and "mlp_tp2_meets_target" in s
+        assert rec["timelines"]
+    return s
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path (gloo) of the topic")
+def test_topic_runs_on_cpu_processes():
+    rec = bench.run_topic("parallel", {"size": "smoke"})
+    s = _check_record(rec, [1, 2])
+    assert s["backend"] == "gloo"
+
+
+@pytest.mark.gpu
+def test_topic_smoke_on_gpus():
+    """Pre-flight for the full run: NCCL groups, CUDA-graph decode with TP all-reduces inside."""
+    worlds = bp.world_sizes(min(torch.cuda.device_count(), 2))
+    rec = bench.run_topic("parallel", {"size": "smoke", "worlds": worlds})
+    s = _check_record(rec, worlds)
+    assert s["backend"] == "nccl"
+    for row in rec["results"]:
+        if row["name"] == "decode":
+            assert row["mode"] == "cuda_graph", row.get("graph_error")
+            assert row["graph_tokens_equal_eager"]
