@@ -1,7 +1,7 @@
 """The course model: a compact Llama (RMSNorm, RoPE with Llama 3 scaling, GQA, SwiGLU).
 
 Every forward pass runs the same layer loop (`_run_layers`); they differ only in where K/V are
-written and read, which each one passes in as an `attend` function:
+written and read, which each one passes to every layer as an `attend(q, k, v)` function:
 - `forward(tokens)`            no cache, causal attention over the whole prompt (tests, training);
 - `prefill(tokens, cache)`     fills a `StaticKVCache` from position 0;
 - `decode(tokens, pos, cache)` one token per sequence, static shapes, no host sync (CUDA graphs);
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Callable
 
 import torch
@@ -157,6 +158,40 @@ class Block(nn.Module):
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.feed_forward = FeedForward(cfg)
 
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: Callable) -> torch.Tensor:
+        q, k, v = self.attention.qkv(self.attention_norm(x))
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        x = x + self.attention.wo(attend(q, k, v).flatten(-2))
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+# How each pass reads and writes K/V. Module-level functions bound with functools.partial (tensors
+# and constants only), so one compiled Block serves every layer (see cuda_graphs.fuse_layers).
+def _prefill_attend(q, k, v, *, k_cache, v_cache, scale):
+    B, T = q.shape[:2]
+    k_cache[:B, :, :T] = k.transpose(1, 2)
+    v_cache[:B, :, :T] = v.transpose(1, 2)
+    return _causal(q, k, v, scale)
+
+
+def _decode_attend(q, k, v, *, k_cache, v_cache, rows, positions, fn, scale):
+    k_cache[rows, :, positions] = k  # index_put: each row writes at its own position
+    v_cache[rows, :, positions] = v
+    B = q.shape[0]
+    return fn(q, k_cache[:B], v_cache[:B], positions, scale)
+
+
+def _paged_attend(q, k, v, *, k_cache, v_cache, slots, batch, fn, scale):
+    k_cache.view(-1, *k.shape[1:])[slots] = k
+    v_cache.view(-1, *v.shape[1:])[slots] = v
+    return fn(q, k_cache, v_cache, batch, scale)
+
+
+def _causal(q, k, v, scale):
+    """[B, T, heads, D] in, causal attention over the T tokens, [B, T, H, D] out."""
+    o = _sdpa_gqa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, scale, is_causal=True)
+    return o.transpose(1, 2)
+
 
 # ----------------------------------------------------------------------------- the model
 
@@ -222,33 +257,26 @@ class Transformer(nn.Module):
                 setattr(self, f"{kind}_attention", choice)
 
     # -- the shared layer loop
-    def _run_layers(self, tokens: torch.Tensor, positions: torch.Tensor, attend: Callable) -> torch.Tensor:
-        """tokens/positions [...] -> final hidden states [..., dim]; attend(i, q, k, v) -> [..., H, D]."""
+    def _run_layers(self, tokens: torch.Tensor, positions: torch.Tensor, attend_for: Callable) -> torch.Tensor:
+        """tokens/positions [...] -> final hidden states [..., dim]; attend_for(i) is layer i's attend."""
         x = self.tok_embeddings(tokens)
         angles = positions.float()[..., None] * self.inv_freq                # [..., D/2]
         cos, sin = angles.cos()[..., None, :].to(x.dtype), angles.sin()[..., None, :].to(x.dtype)
         for i, layer in enumerate(self.layers):
-            q, k, v = layer.attention.qkv(layer.attention_norm(x))
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-            x = x + layer.attention.wo(attend(i, q, k, v).flatten(-2))
-            x = x + layer.feed_forward(layer.ffn_norm(x))
+            x = layer(x, cos, sin, attend_for(i))
         return self.norm(x)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         weight = self.tok_embeddings.weight if self.output is None else self.output.weight
         return F.linear(h, weight)
 
-    def _causal(self, q, k, v):
-        """[B, T, heads, D] in, causal attention over the T tokens, [B, T, H, D] out."""
-        o = _sdpa_gqa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, self.scale, is_causal=True)
-        return o.transpose(1, 2)
-
     # -- forward passes
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [B, T] from position 0, no cache -> logits [B, T, V]."""
         B, T = self._check_tokens(tokens)
         positions = torch.arange(T, device=tokens.device).expand(B, T)
-        return self.logits(self._run_layers(tokens, positions, lambda i, q, k, v: self._causal(q, k, v)))
+        causal = partial(_causal, scale=self.scale)
+        return self.logits(self._run_layers(tokens, positions, lambda i: causal))
 
     def prefill(self, tokens: torch.Tensor, cache: StaticKVCache) -> torch.Tensor:
         """tokens [B, T], every row starting at position 0; writes K/V to cache rows 0..B-1."""
@@ -256,34 +284,24 @@ class Transformer(nn.Module):
         if B > cache.max_batch:
             raise ValueError(f"batch {B} exceeds the cache's max_batch {cache.max_batch}")
         positions = torch.arange(T, device=tokens.device).expand(B, T)
-
-        def attend(i, q, k, v):
-            cache.k[i, :B, :, :T] = k.transpose(1, 2)
-            cache.v[i, :B, :, :T] = v.transpose(1, 2)
-            return self._causal(q, k, v)
-        return self.logits(self._run_layers(tokens, positions, attend))
+        return self.logits(self._run_layers(tokens, positions, lambda i: partial(
+            _prefill_attend, k_cache=cache.k[i], v_cache=cache.v[i], scale=self.scale)))
 
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor, cache: StaticKVCache) -> torch.Tensor:
         """One new token per row: tokens, positions [B] -> logits [B, V]. Static shapes, no host sync."""
         B = tokens.shape[0]
         rows = torch.arange(B, device=tokens.device)
-
-        def attend(i, q, k, v):
-            cache.k[i, rows, :, positions] = k  # index_put: each row writes at its own position
-            cache.v[i, rows, :, positions] = v
-            return self.decode_attention(q, cache.k[i, :B], cache.v[i, :B], positions, self.scale)
-        return self.logits(self._run_layers(tokens, positions, attend))
+        return self.logits(self._run_layers(tokens, positions, lambda i: partial(
+            _decode_attend, k_cache=cache.k[i], v_cache=cache.v[i], rows=rows, positions=positions,
+            fn=self.decode_attention, scale=self.scale)))
 
     def forward_paged(self, batch: PagedBatch, cache: PagedKVCache) -> torch.Tensor:
         """New tokens of B sequences -> logits of each sequence's last new token [B, V]."""
         attn = self.paged_attention or PAGED_ATTENTION["gather" if batch.tokens.is_cuda else "reference"]
         slots = batch.slot_mapping.long()
-
-        def attend(i, q, k, v):
-            cache.k[i].view(-1, *k.shape[1:])[slots] = k
-            cache.v[i].view(-1, *v.shape[1:])[slots] = v
-            return attn(q, cache.k[i], cache.v[i], batch, self.scale)
-        h = self._run_layers(batch.tokens, batch.positions, attend)
+        h = self._run_layers(batch.tokens, batch.positions, lambda i: partial(
+            _paged_attend, k_cache=cache.k[i], v_cache=cache.v[i], slots=slots, batch=batch, fn=attn,
+            scale=self.scale))
         return self.logits(h[batch.query_start[1:].long() - 1])
 
     def _check_tokens(self, tokens: torch.Tensor, limit: int | None = None) -> tuple[int, int]:

@@ -1,0 +1,108 @@
+"""CUDA graph runner: graph choice and padding on CPU; replay == eager decode on the GPU."""
+import pytest
+import torch
+
+from course_kit import cuda_graphs as cg
+from course_kit.models import llama
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_capture_sizes_are_powers_of_two_up_to_max():
+    assert cg.capture_sizes(8) == [1, 2, 4, 8]
+    assert cg.capture_sizes(6) == [1, 2, 4, 6]
+    assert cg.capture_sizes(1) == [1]
+    with pytest.raises(ValueError, match=">= 1"):
+        cg.capture_sizes(0)
+
+
+def test_pick_graph_and_padding_plan():
+    sizes = [1, 2, 4, 8]
+    assert [cg.pick_graph(b, sizes) for b in (1, 2, 3, 5, 8)] == [1, 2, 4, 8, 8]
+    plan = cg.padding_plan([3, 7], sizes)
+    assert plan == [{"batch": 3, "graph": 4, "padding": 1, "wasted": 0.25},
+                    {"batch": 7, "graph": 8, "padding": 1, "wasted": 0.125}]
+    with pytest.raises(ValueError, match=r"\[1, 8\]"):
+        cg.pick_graph(9, sizes)
+    with pytest.raises(ValueError, match=r"\[1, 8\]"):
+        cg.pick_graph(0, sizes)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return llama.Transformer.from_preset("tiny", seed=0)
+
+
+def test_cpu_runner_falls_back_to_eager_and_matches_generate(tiny, capsys):
+    runner = cg.DecodeGraphRunner(tiny, max_batch=4, max_seq=64)
+    assert "CUDA graphs need a CUDA GPU" in capsys.readouterr().out
+    assert not runner.use_graphs and runner.sizes == [1, 2, 4]
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (3, 11, 6)]  # 3 rows: pads to 4
+    assert runner.generate(prompts, 12) == llama.generate(tiny, prompts, 12)
+
+
+def test_sampling_runner_is_seeded(tiny):
+    prompts = [[1, 2, 3], [4, 5]]
+    runs = [cg.DecodeGraphRunner(tiny, 2, 32, temperature=1.0, top_k=20, seed=s, verbose=False).generate(prompts, 10)
+            for s in (3, 3, 4)]
+    assert runs[0] == runs[1] and runs[0] != runs[2]
+
+
+def test_runner_rejects_bad_sizes_and_prompts(tiny):
+    with pytest.raises(ValueError, match="max_batch=2"):
+        cg.DecodeGraphRunner(tiny, max_batch=2, sizes=[1, 4], verbose=False)
+    runner = cg.DecodeGraphRunner(tiny, max_batch=2, max_seq=16, verbose=False)
+    with pytest.raises(ValueError, match="max_seq 16"):
+        runner.generate([[1] * 10], 10)
+    with pytest.raises(ValueError, match=r"\[1, 2\]"):
+        runner.generate([[1], [2], [3]], 2)
+
+
+def test_launch_overhead_and_pitfalls_on_cpu():
+    out = cg.launch_overhead(n_kernels=50, repeat=3, device="cpu")
+    assert out["eager_us_per_kernel"] > 0 and out["ratio"] is None
+    if not torch.cuda.is_available():
+        notes = cg.run_pitfalls()
+        assert [p["pitfall"] for p in notes] == ["CPU sync inside capture", "dynamic shapes",
+                                                 "allocation during capture", "RNG"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_graph_replay_gives_the_same_greedy_tokens_as_eager(batch):
+    model = llama.Transformer.from_preset("smollm-135m", seed=0, dtype=torch.bfloat16, device="cuda")
+    g = torch.Generator().manual_seed(batch)
+    prompts = [torch.randint(0, 49152, (int(n),), generator=g).tolist()
+               for n in torch.randint(4, 60, (batch,), generator=g)]
+    runner = cg.DecodeGraphRunner(model, max_batch=8, max_seq=256)
+    assert runner.use_graphs and sorted(runner.graphs) == [1, 2, 4, 8]
+    graph_tokens = runner.generate(prompts, 32)
+    assert graph_tokens == cg.eager_generate(model, prompts, 32, max_seq=256)
+
+
+@pytest.mark.gpu
+def test_pitfalls_each_show_their_failure():
+    found = {p["pitfall"]: p for p in cg.run_pitfalls()}
+    assert found["CPU sync inside capture"]["error"]
+    for name in ("dynamic shapes", "allocation during capture", "RNG"):
+        assert found[name]["wrong"] is True, found[name]
+
+
+@pytest.mark.gpu
+def test_launch_ratio_and_reduce_overhead_step_agree_with_eager():
+    assert cg.launch_overhead(n_kernels=200, repeat=5)["ratio"] > 1
+    model = llama.Transformer.from_preset("tiny", seed=0, dtype=torch.bfloat16, device="cuda")
+    cache = llama.StaticKVCache(model.config, 2, 32, torch.bfloat16, "cuda")
+    tokens, pos = torch.tensor([5, 6], device="cuda"), torch.tensor([0, 0], device="cuda")
+    step = cg.reduce_overhead_step(model, cache)
+    for _ in range(3):
+        got = step(tokens, pos).float().clone()
+    want = model.decode(tokens, pos, cache).float()
+    assert ((got - want).norm() / want.norm()).item() < 2e-2
