@@ -49,7 +49,10 @@ def _skips() -> int:
     return int(sum(counters["inductor"].get(k, 0) for k in ("cudagraph_skips",)))
 
 
-def _decode(modes: list[str], device: str, spec: dict, repeat: int) -> tuple[list[dict], dict]:
+def measure_decode(modes: list[str], device: str, spec: dict, repeat: int) -> tuple[list[dict], dict]:
+    """Per mode: correctness against eager over 16 positions, compile and steady time, launches.
+    spec: {"preset": ..., field overrides}. Returns (rows, graph report of the step)."""
+    spec = dict(spec)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     preset = spec.pop("preset")
     step, inputs = decode_setup(preset, device=device, dtype=dtype, **spec)
@@ -84,7 +87,9 @@ def _decode(modes: list[str], device: str, spec: dict, repeat: int) -> tuple[lis
     return rows, graphs
 
 
-def _train(modes: list[str], device: str, spec: dict, batch: int, repeat: int) -> tuple[list[dict], dict]:
+def measure_train(modes: list[str], device: str, spec: dict, batch: int, repeat: int) -> tuple[list[dict], dict]:
+    """Per mode: first-step loss against eager, compile and steady step time, launches."""
+    spec = dict(spec)
     preset = spec.pop("preset")
     rows, ref_loss, graphs = [], None, {}
     for mode in bench.progress(modes, desc="training modes"):
@@ -129,9 +134,9 @@ def run(params: dict) -> dict:
     repeat = int(params.get("repeat", 5 if small else 50))
 
     t0 = time.perf_counter()
-    d_rows, d_graphs = _decode(decode_modes, device, dspec, repeat)
+    d_rows, d_graphs = measure_decode(decode_modes, device, dspec, repeat)
     t1 = time.perf_counter()
-    t_rows, t_graphs = _train(train_modes, device, tspec, batch, max(repeat // 5, 3))
+    t_rows, t_graphs = measure_train(train_modes, device, tspec, batch, max(repeat // 5, 3))
     t2 = time.perf_counter()
 
     def by_mode(rows: list[dict]) -> dict:

@@ -54,12 +54,17 @@ def kernel_names(code: str) -> list[str]:
 
 
 def kernel_source(code: str, name: str) -> str:
-    """The text of one generated kernel: from its definition to the closing quotes of its source."""
+    """The text of one generated kernel: from its definition to the line closing its source."""
     m = re.search(rf"^{re.escape(name)} = async_compile\.", code, re.M)
     if m is None:
         raise ValueError(f"no kernel {name!r} in this code; kernels: {kernel_names(code)}")
-    end = code.find("''')", m.end())
-    return code[m.start(): end + 4 if end >= 0 else len(code)]
+    # The kernel's source is the first triple-quoted string after its name (C++ or Triton).
+    opening = code.find("'''", m.end())
+    closing = code.find("'''", opening + 3) if opening >= 0 else -1
+    if closing < 0:
+        return code[m.start():]
+    line_end = code.find("\n", closing)
+    return code[m.start(): line_end if line_end >= 0 else len(code)]
 
 
 def fused_ops(name: str) -> list[str]:

@@ -1,0 +1,297 @@
+# %% [markdown]
+# # 02 · Automatic mixed precision and loss scaling
+#
+# Training in 16-bit formats roughly halves the memory that activations take and, on a GPU with
+# tensor cores, multiplies matmul throughput several times over. *Automatic mixed precision* (AMP)
+# gets most of that without rewriting the model: `torch.autocast` runs each operation in the format
+# that suits it, and the weights stay in fp32. fp16 has one catch: its range is narrow, and small
+# gradients underflow to zero. *Loss scaling* fixes that. This notebook trains the same small GPT in
+# five precision modes, looks at where the gradients sit against fp16's range, and builds a dynamic
+# loss scaler by hand that reproduces `torch.amp.GradScaler` step for step.
+#
+# {{BADGES}}
+#
+# **What you will learn**
+# - what autocast does to each operation (which run in 16 bits and which stay in fp32);
+# - why fp16 gradients underflow, and how multiplying the loss by a scale S rescues them;
+# - the dynamic loss-scaling algorithm: unscale, inf/NaN check, skipped step, backoff and growth;
+# - what strict fp32, TF32, bf16 and fp16 cost in step time and memory, on this machine and on an H200.
+
+# %%
+{{SETUP}}
+
+# %% [markdown]
+# ## Parameters
+# The model and the number of steps come from the device: a 28k-parameter model under
+# `COURSE_KIT_SMOKE=1` (CI), a larger one on a GPU. `course-kit bench amp` times a 0.34B-parameter
+# model on the reference H200.
+
+# %% {"tags": ["parameters"]}
+P = device.defaults()
+DEVICE = P["device"]
+PRESET = {"smoke": "smoke", "cpu": "cpu"}.get(P["size"], "small_gpu")   # course_kit.models.tiny_gpt presets
+STEPS = {"smoke": 20, "cpu": 40, "small_gpu": 60, "full": 100}[P["size"]]
+BATCH = {"smoke": 8, "cpu": 8, "small_gpu": 8, "full": 32}[P["size"]]
+LR = 3e-3 if PRESET in ("smoke", "cpu") else 3e-4
+
+# %%
+import torch
+
+from course_kit import amp, bench, notebook, reference
+from course_kit.models import tiny_gpt
+from course_kit.notebook import md, show_source
+from course_kit.plots import amp as amp_plots
+
+if DEVICE == "cpu" and P["smoke"]:
+    # The smoke model is tiny: one thread avoids OpenMP threads contending on a shared 2-core CI box.
+    torch.set_num_threads(1)
+cfg = tiny_gpt.config(PRESET)
+print(f"model: {PRESET} preset, {cfg.n_params():,} parameters; {STEPS} steps of {BATCH} x {cfg.seq_len} tokens on {DEVICE}")
+
+# %% [markdown]
+# ## 1. Five precision modes, one training loop
+#
+# | mode | weights | matmuls | gradients | scaling |
+# |---|---|---|---|---|
+# | `fp32` | fp32 | fp32 (TF32 off) | fp32 | none |
+# | `tf32` | fp32 | TF32 tensor cores (10-bit mantissa) | fp32 | none |
+# | `bf16` | fp32 | bf16 under autocast | activations' grads in bf16 | none needed |
+# | `fp16_scaler` | fp32 | fp16 under autocast | activations' grads in fp16 | dynamic loss scaling |
+# | `fp16_noscale` | fp32 | fp16 under autocast | activations' grads in fp16 | none: small ones underflow |
+#
+# A mode is just a context the forward pass runs in:
+
+# %%
+show_source(amp.Precision.context)
+
+# %% [markdown]
+# Autocast does not convert everything. It keeps per-device lists: matmuls and linear layers run in
+# the low precision (they gain the most and tolerate rounding), while operations that need range run
+# in fp32. On CUDA the fp32 list includes softmax, layer norm and the cross-entropy; CPU autocast's
+# lists are shorter (it runs layer norm and softmax in bf16/fp16). Elementwise operations simply
+# follow their inputs. The table is computed by this machine's autocast:
+
+# %%
+x, w = torch.randn(4, 8, device=DEVICE), torch.randn(8, 8, device=DEVICE)
+ops = {"x @ w": lambda: x @ w, "layer_norm": lambda: torch.nn.functional.layer_norm(x @ w, (8,)),
+       "softmax": lambda: torch.softmax(x @ w, -1), "x + x (elementwise)": lambda: x + x,
+       "cross_entropy": lambda: torch.nn.functional.cross_entropy(x @ w, torch.zeros(4, dtype=torch.long, device=DEVICE))}
+rows = []
+for name, fn in ops.items():
+    row = {"op": name}
+    for mode in ("fp32", "bf16", "fp16_scaler"):
+        with amp.get(mode).context(DEVICE):
+            row[mode] = str(fn().dtype).replace("torch.", "")
+    rows.append(row)
+md("| op | fp32 | bf16 autocast | fp16 autocast |\n|---|---|---|---|\n" +
+   "\n".join(f"| {r['op']} | {r['fp32']} | {r['bf16']} | {r['fp16_scaler']} |" for r in rows))
+
+# %% [markdown]
+# The training loop is the same for every mode. It records the loss, the step time (between two
+# device synchronisations), the loss scale, whether the step was skipped, and, after the timer
+# stops, where the gradients sit against fp16's range.
+
+# %%
+show_source(amp.train)
+
+# %% [markdown]
+# ## 2. Gradient underflow: why fp16 needs loss scaling
+#
+# fp16 has 5 exponent bits. Its smallest normal number is $2^{-14} \approx 6.1\times10^{-5}$; below
+# that it has subnormals down to $2^{-24} \approx 6.0\times10^{-8}$, and anything smaller becomes 0.
+# Gradients are often that small. Since backpropagation is linear in the loss, multiplying the loss
+# by $S$ multiplies every gradient of the backward pass by $S$: with $S = 2^{16}$ the whole
+# histogram moves 16 binades to the right, out of the flush-to-zero zone. Dividing by $S$ in fp32
+# before the optimizer step gives back the true gradients.
+#
+# We train once in fp32 and look at the gradients of the last step.
+
+# %%
+data = tiny_gpt.batches(tiny_gpt.markov_tokens(cfg.vocab, 50 * cfg.seq_len, seed=0), BATCH, cfg.seq_len, STEPS,
+                        seed=0, device=DEVICE)
+fp32_run = amp.train("fp32", preset=PRESET, steps=STEPS, batch=BATCH, lr=LR, device=DEVICE, data=data)
+amp_plots.grad_histogram(fp32_run.grad_hist, scale=2.0**16)
+
+# %%
+show_source(amp.underflow_fractions)
+
+# %%
+h = fp32_run.grad_hist
+total = sum(h["counts"])
+below = sum(c for e, c in zip(h["log2_lo"], h["counts"]) if e < h["min_subnormal_log2"])
+below_scaled = sum(c for e, c in zip(h["log2_lo"], h["counts"]) if e + 16 < h["min_subnormal_log2"])
+md(f"In this run, **{100 * below / total:.3f}%** of the last step's non-zero gradient entries are below "
+   f"fp16's smallest subnormal: fp16 would have flushed them to zero. Multiplied by $2^{{16}}$, "
+   f"**{100 * below_scaled / total:.3f}%** are. The fraction grows for deeper models and later in "
+   f"training, as gradients shrink.")
+
+# %% [markdown]
+# ## 3. A dynamic loss scaler, written by hand
+#
+# A fixed scale is fragile: too small and gradients underflow, too large and some overflow to inf.
+# A *dynamic* scaler adapts:
+# 1. `scale(loss)`: backpropagate $S \cdot \text{loss}$;
+# 2. `unscale_`: multiply the gradients by $1/S$ (computed in fp64, rounded to fp32) and check them
+#    for inf and NaN;
+# 3. `step`: if any gradient overflowed, **skip** the optimizer step (the weights do not move);
+# 4. `update`: after an overflow, **back off** ($S \leftarrow S \cdot 0.5$); after `growth_interval`
+#    clean steps in a row, **grow** ($S \leftarrow S \cdot 2$), unless that would leave fp32's range.
+
+# %%
+show_source(amp.DynamicLossScaler)
+
+# %% [markdown]
+# To see every branch we start from an absurd scale, $2^{30}$, with a short growth interval: the
+# first steps overflow and back off, then the scale grows again every 4 clean steps until it
+# overflows once more. The same run goes through torch's `GradScaler` and through ours, from the
+# same weights on the same batches.
+
+# %%
+kw = dict(init_scale=2.0**30, growth_interval=4)
+scaler_steps = min(STEPS, 24)
+scaler_runs, scaler_models = {}, {}
+for which in ("torch", "course"):
+    scaler_models[which] = tiny_gpt.TinyGPT.from_preset(PRESET, seed=1, device=DEVICE)
+    scaler_runs[which] = amp.train("fp16_scaler", steps=scaler_steps, scaler=which, scaler_kwargs=kw, lr=LR,
+                                   model=scaler_models[which], data=data[:scaler_steps], device=DEVICE,
+                                   track_grads=False)
+same_history = scaler_runs["torch"].scales == scaler_runs["course"].scales
+max_param_diff = max((p - q).abs().max().item() for p, q in zip(scaler_models["torch"].parameters(),
+                                                                 scaler_models["course"].parameters()))
+assert same_history and max_param_diff == 0.0, "the hand-written scaler must match GradScaler exactly"
+amp_plots.scale_history({"GradScaler": scaler_runs["torch"]}, title="Loss scale per step (GradScaler = ours)")
+
+# %%
+r = scaler_runs["torch"]
+grew = sum(b > a for a, b in zip(r.scales, r.scales[1:]))
+md(f"Over {scaler_steps} steps the scale went from $2^{{30}}$ to {r.scales[-1]:.0f} "
+   f"($2^{{{torch.tensor(r.scales[-1]).log2().item():.0f}}}$): **{sum(r.skipped)} steps were skipped** "
+   f"(overflow, backoff) and the scale **grew {grew} time{'s' if grew != 1 else ''}**. Our scaler produced the same scale at "
+   f"every step ({'identical' if same_history else 'different'} histories) and the same final weights "
+   f"(largest difference {max_param_diff:.1e}).")
+
+# %% [markdown]
+# ## 4. All five modes on this machine
+#
+# Same initial weights, same batches. On a CPU, TF32 is plain fp32 and 16-bit autocast mostly saves
+# memory (few CPUs have fast 16-bit matmul units), so expect 16-bit steps to be *slower* here; the
+# GPU numbers follow in section 5. Memory is the bytes autograd keeps for the backward pass of one
+# step (and the peak GPU memory on a GPU).
+
+# %%
+runs = {"fp32": fp32_run}
+for mode in bench.progress([m for m in amp.PRECISIONS if m != "fp32"], desc="precision modes"):
+    runs[mode] = amp.train(mode, preset=PRESET, steps=STEPS, batch=BATCH, lr=LR, device=DEVICE, data=data)
+amp_plots.loss_curves(runs)
+
+# %%
+amp_plots.time_and_memory(runs)
+
+# %%
+t = {m: r.median_step_s() for m, r in runs.items()}
+zero = {m: 100 * sum(r.zero_grads) / len(r.zero_grads) for m, r in runs.items()}
+notes = [f"- `{m}`: {amp.note(m, DEVICE)}" for m in runs if amp.note(m, DEVICE)]
+md(f"On this {DEVICE}: bf16 autocast ran a step in {t['bf16'] * 1e3:.1f} ms against {t['fp32'] * 1e3:.1f} ms "
+   f"for strict fp32 ({t['fp32'] / t['bf16']:.2f}x); autocast kept "
+   f"{runs['bf16'].saved_bytes / runs['fp32'].saved_bytes:.2f}x the bytes for backward that fp32 kept. "
+   f"Without scaling, fp16 left on average **{zero['fp16_noscale']:.3f}%** of the gradient entries exactly "
+   f"zero; with the scaler, {zero['fp16_scaler']:.3f}% (fp32: {zero['fp32']:.3f}%). Final losses: " +
+   ", ".join(f"{m} {r.losses[-1]:.3f}" for m, r in runs.items()) + ".\n\n" + "\n".join(notes))
+
+# %% [markdown]
+# ## 5. On an H200: speed, memory and skipped steps at scale
+#
+# `course-kit bench amp` trains a 0.34B-parameter TinyGPT (24 layers, width 1024, batch 32 x 1024
+# tokens) in each mode on the same batches. On a CPU-only machine this section shows the recorded
+# reference; on a GPU it shows the reference next to your own run above.
+
+# %%
+ref = notebook.gpu_only("amp") if not torch.cuda.is_available() else reference.load("amp")
+if ref is None:
+    print("No H200 reference for `amp` recorded yet: run `course-kit bench amp` on a GPU to create it.")
+    fig = None
+else:
+    rows = [r for r in ref["results"] if "median_step_s" in r]
+    fig = amp_plots.time_and_memory(rows, title=f"Step time and memory per mode on {ref['environment'].get('gpu')}")
+fig
+
+# %%
+if ref is not None:
+    s = ref["summary"]
+    ok = s["targets"]
+    md(f"On the {ref['environment'].get('gpu')}, with {s['n_params'] / 1e6:.0f}M parameters: bf16 autocast is "
+       f"**{s.get('bf16_speedup_vs_fp32', float('nan')):.2f}x** faster per step than strict fp32 (target 2.5x: "
+       f"{'met' if ok['bf16_speedup_vs_fp32 >= 2.5'] else 'missed'}); TF32 alone gives "
+       f"{s.get('tf32_speedup_vs_fp32', float('nan')):.2f}x. fp16 with the scaler skipped "
+       f"**{100 * s.get('fp16_scaler_skipped_after_warmup', float('nan')):.2f}%** of its steps after the first "
+       f"{s.get('skipped_warmup_steps')} (target at most 1%: "
+       f"{'met' if ok['fp16_scaler_skipped_after_warmup <= 0.01'] else 'missed'}). The hand-written scaler "
+       f"matched GradScaler on that GPU: {s['checks']['same_scale_history'] and s['checks']['same_params']}.")
+    if "explain_top_kernels" in s:
+        md("The bf16 target was missed; the profiler's top kernels per mode explain where the time went:")
+        for m, rows_k in s["explain_top_kernels"].items():
+            md(f"**{m}**\n\n| kernel | ms |\n|---|---|\n" +
+               "\n".join(f"| `{k['kernel'][:70]}` | {k['gpu_ms']:.2f} |" for k in rows_k[:6]))
+    fig = amp_plots.loss_curves(ref["results"], title="Loss per mode on the reference GPU")
+else:
+    fig = None
+fig
+
+# %%
+if ref is not None:
+    fp16 = [r for r in ref["results"] if r["name"] == "fp16_scaler" and "scales" in r]
+    fig = amp_plots.scale_history(fp16, title="GradScaler's scale on the reference GPU") if fp16 else None
+else:
+    fig = None
+fig
+
+# %% [markdown]
+# ## Exercise 02.scaler_update: the update rule
+#
+# Write `update(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval)`
+# returning `(new_scale, new_growth_tracker)`, exactly as `GradScaler.update` does it: on an
+# overflow multiply the scale by `backoff_factor` and reset the tracker; otherwise count the clean
+# step, and when the count reaches `growth_interval` multiply the scale by `growth_factor` (only if
+# the result is finite in fp32) and reset the count. The scale is stored in fp32: round to fp32
+# (for example with `float(numpy.float32(x))`). The check compares your rule against torch's own
+# on long sequences of overflows and clean steps.
+
+# %% {"course_kit": {"exercise": "02.scaler_update", "role": "solution", "points": 2}}
+import numpy as np
+
+
+def update(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    ### BEGIN SOLUTION
+    with np.errstate(over="ignore"):
+        if found_inf:
+            return float(np.float32(scale * backoff_factor)), 0
+        growth_tracker += 1
+        if growth_tracker == growth_interval:
+            grown = float(np.float32(scale * growth_factor))
+            return (grown if np.isfinite(grown) else scale), 0
+        return scale, growth_tracker
+    ### END SOLUTION
+
+# %% {"course_kit": {"exercise": "02.scaler_update", "role": "check"}}
+from course_kit import grading
+grading.check("02.scaler_update", update)
+
+# %% [markdown]
+# ## Summary
+# - Autocast runs matmuls in 16 bits and keeps range-hungry reductions in fp32; weights stay fp32.
+# - bf16 has fp32's exponent range, so it needs no loss scaling; fp16 does, because small gradients
+#   fall below $2^{-24}$ and vanish.
+# - A dynamic loss scaler multiplies the loss by S, unscales the gradients, skips steps that
+#   overflowed, backs off on overflow and grows after a run of clean steps. Ours matches
+#   `torch.amp.GradScaler` bit for bit.
+# - On a tensor-core GPU, 16-bit autocast is several times faster than strict fp32 and keeps
+#   activations in half the bytes; on a CPU the memory saving remains, the speed-up mostly does not.
+#
+# **Further reading**
+# - P. Micikevicius et al., *Mixed Precision Training*, ICLR 2018 (loss scaling).
+# - PyTorch documentation: *Automatic Mixed Precision package - torch.amp* and the *CUDA Automatic
+#   Mixed Precision examples* (GradScaler with gradient clipping, accumulation, several optimizers).
+# - D. Kalamkar et al., *A Study of BFLOAT16 for Deep Learning Training*, 2019.
+# - NVIDIA, *Train With Mixed Precision* (user guide).
+#
+# **Next:** `03_torch_compile_modes.ipynb` makes each step faster a different way: by compiling it.

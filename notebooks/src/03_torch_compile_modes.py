@@ -1,0 +1,279 @@
+# %% [markdown]
+# # 03 · torch.compile and its modes
+#
+# Eager PyTorch runs one kernel per operation, chosen and launched from Python. That costs twice:
+# every intermediate tensor makes a round trip through memory, and every launch costs microseconds
+# of CPU time, which dominates when the kernels are small (a batch-1 decode step). `torch.compile`
+# attacks both. TorchDynamo captures the Python code as graphs; Inductor fuses the graph's
+# operations into a few generated kernels (Triton on a GPU, C++ on a CPU); `mode="reduce-overhead"`
+# records the whole step as a CUDA graph that replays with one launch; `mode="max-autotune"` also
+# benchmarks several matmul kernels per shape and keeps the fastest. This notebook measures what each
+# mode buys, what it costs to compile, and what stops it (graph breaks, recompiles).
+#
+# {{BADGES}}
+#
+# **What you will learn**
+# - how Inductor fuses an elementwise chain, read directly in the code it generates;
+# - compile time against steady-state time, per mode, and when compiling pays off;
+# - graph breaks (`print`, a Python `if` on a tensor value) and how to find them with
+#   `torch._dynamo.explain`;
+# - recompiles when shapes change, and how `dynamic=True` or `mark_dynamic` avoid them;
+# - on an H200: reduce-overhead on a batch-1 decode step, max-autotune on a training step, and the
+#   kernels each mode launches.
+
+# %%
+{{SETUP}}
+
+# %% [markdown]
+# ## Parameters
+# On a CPU (and under `COURSE_KIT_SMOKE=1`, what CI uses) we compile only small functions, since the
+# C++ compiler is slow; the GPU-only modes show the recorded H200 results.
+
+# %% {"tags": ["parameters"]}
+P = device.defaults()
+DEVICE = P["device"]
+ROWS, COLS = {"smoke": (64, 128), "cpu": (512, 1024), "small_gpu": (4096, 4096), "full": (8192, 8192)}[P["size"]]
+REPEAT = 5 if P["smoke"] else 30
+CHAIN_MODES = ["eager", "default"] if DEVICE == "cpu" else ["eager", "default", "reduce-overhead",
+                                                             "max-autotune-no-cudagraphs"]
+
+# %%
+import re
+import time
+
+import torch
+
+from course_kit import compile_modes as cm
+from course_kit import notebook, reference
+from course_kit.compile_modes import graphs
+from course_kit.notebook import md, show_source
+from course_kit.plots import compile_modes as cplots
+
+if DEVICE == "cpu" and P["smoke"]:
+    torch.set_num_threads(1)  # tiny tensors: one thread avoids contention on a shared 2-core CI box
+g = torch.Generator().manual_seed(0)
+x = torch.randn(ROWS, COLS, generator=g).to(DEVICE)
+bias = torch.randn(COLS, generator=g).to(DEVICE)
+residual = torch.randn(ROWS, COLS, generator=g).to(DEVICE)
+print(f"bias + GELU + residual on {ROWS} x {COLS} fp32 tensors, on {DEVICE}; modes here: {CHAIN_MODES}")
+
+# %% [markdown]
+# ## 1. The modes
+#
+# | mode | what it adds | where it helps |
+# |---|---|---|
+# | `eager` | nothing: one kernel per op, launched from Python | the reference |
+# | `default` | Dynamo graph capture + Inductor fusion | memory-bound chains of ops |
+# | `reduce-overhead` | + CUDA graphs: a whole step is one launch | small, launch-bound steps (decode) |
+# | `max-autotune` | + matmul autotuning (Triton templates vs cuBLAS) + CUDA graphs | matmul-heavy steps, long runs |
+# | `max-autotune-no-cudagraphs` | the autotuning only | training steps with dynamic parts |
+#
+# Compilation happens at the first call, so the first call's time holds the compile; steady state is
+# measured after warm-up with `course_kit.bench.timeit`:
+
+# %%
+show_source(cm.measure_mode)
+
+# %% [markdown]
+# ## 2. Fusion, read in the generated code
+#
+# `gelu(x + bias) + residual` is three operations. Eager mode runs three kernels, and each one reads
+# its inputs from memory and writes a full-size result: the intermediates `x + bias` and
+# `gelu(...)` make a round trip through memory. Inductor sees the whole chain and emits one kernel.
+
+# %%
+show_source(cm.bias_gelu_residual)
+ops = cm.eager_ops(cm.bias_gelu_residual, x, bias, residual)
+print("eager runs these ATen ops, one kernel each:", ops)
+
+# %%
+t0 = time.perf_counter()
+out, code = cm.generated_code(cm.bias_gelu_residual, x, bias, residual)
+codegen_s = time.perf_counter() - t0
+torch.testing.assert_close(out, cm.bias_gelu_residual(x, bias, residual), rtol=1e-5, atol=1e-5)
+summary = cm.fusion_summary(code, cm.bias_gelu_residual, x, bias, residual)
+kernel = summary["kernels"][0]
+src = cm.kernel_source(code, kernel)
+print(src if len(src) < 6000 else src[:6000] + "\n... (truncated)")
+
+# %%
+if summary["language"] == "C++":
+    loads, stores = len(re.findall(r"loadu?\(", src)), len(re.findall(r"\.store\(|store\(", src))
+else:
+    loads, stores = src.count("tl.load("), src.count("tl.store(")
+tb = summary["traffic_bytes"]
+md(f"Inductor generated **{len(summary['kernels'])} {summary['language']} kernel"
+   f"{'s' if len(summary['kernels']) != 1 else ''}** (`{'`, `'.join(summary['kernels'])}`) where eager ran "
+   f"{len(ops)} ops ({', '.join(ops)}). Its name lists the ops it fused ({', '.join(summary['fused'][kernel])}; "
+   f"the second add is the same op name). Inside it, the generated code has {loads} load"
+   f"{'s' if loads != 1 else ''} (x, bias, residual) and {stores} store{'s' if stores != 1 else ''} (the "
+   f"result): the intermediates stay in registers. Memory traffic drops from {tb['eager'] / 1e6:.2f} MB "
+   f"(eager) to {tb['fused'] / 1e6:.2f} MB (fused), {tb['eager'] / tb['fused']:.2f}x less. Generating and "
+   f"compiling it took {codegen_s:.1f} s here (less when Inductor's on-disk cache already had it).")
+
+# %% [markdown]
+# ## 3. Compile time against steady state
+#
+# A chain this small is memory-bound, so the fused kernel should approach the traffic ratio above;
+# on a CPU at small sizes the gain is smaller, as the eager kernels already hit the cache. Each mode
+# starts from a reset Dynamo; a compile whose graph Inductor has already cached on disk is faster.
+
+# %%
+res = cm.measure_modes(cm.bias_gelu_residual, [(x, bias, residual)], CHAIN_MODES, device=DEVICE, repeat=REPEAT)
+rows = [r.as_dict() for r in res.values()]
+cplots.first_vs_steady(rows, title=f"bias + GELU + residual on {DEVICE}: first call vs steady state")
+
+# %%
+e, d = res["eager"], res["default"]
+breakeven = d.compile_s / max(e.steady_s - d.steady_s, 1e-12) if e.steady_s > d.steady_s else float("inf")
+md(f"Eager: {e.steady_s * 1e6:.1f} µs per call. Compiled (default): {d.steady_s * 1e6:.1f} µs, "
+   f"**{e.steady_s / d.steady_s:.2f}x** eager, after a first call of {d.first_call_s:.2f} s. "
+   + (f"Compiling pays for itself after about **{breakeven:,.0f} calls**." if breakeven != float("inf")
+      else "At this size the compiled kernel is not faster, so compiling never pays off here: "
+           "fusion wins when the tensors are too large for the cache.")
+   + "".join(f"\n- `{m}`: {r.steady_s * 1e6:.1f} µs, {r.extra.get('speedup_vs_eager', float('nan')):.2f}x eager, "
+             f"compile {r.compile_s:.1f} s" for m, r in res.items() if m not in ("eager", "default") and r.steady_s))
+
+# %% [markdown]
+# ## 4. Graph breaks
+#
+# Dynamo captures what it can prove is tensor computation. A `print` of a tensor value, or a Python
+# `if` on one, needs the value on the host in the middle of the graph: Dynamo **breaks** the graph
+# there, runs that bit in Python, and starts a new graph after it. Each break costs a round trip to
+# Python and blocks fusion across it; under `reduce-overhead`, it splits the CUDA graph.
+# `torch._dynamo.explain` reports the graphs and the reasons.
+
+# %%
+show_source(graphs.forward_with_branch)
+show_source(cm.graph_report)
+
+# %%
+w = torch.randn(COLS, 256, generator=g).to(DEVICE)
+report = cm.graph_report(graphs.forward_with_branch, x, w)
+ok, err = cm.compiles_fullgraph(graphs.forward_with_branch, x, w)
+md(f"`forward_with_branch`: **{report['graphs']} graphs, {report['graph_breaks']} graph breaks**, "
+   f"{report['ops']} ops captured. Reasons:\n" + "\n".join(f"- {r}" for r in report["break_reasons"]) +
+   f"\n\nWith `fullgraph=True`, compilation refuses to break the graph and raises instead: `{err}`.")
+
+# %% [markdown]
+# ## 5. Recompiles when shapes change
+#
+# A compiled graph is guarded: it is reused only while its assumptions hold, the input shapes among
+# them. A new shape fails the guard and triggers a recompile. By default Dynamo compiles the first
+# shape statically and, when a second shape arrives, recompiles once with a symbolic size that fits
+# all later ones. `dynamic=False` recompiles for every shape; `dynamic=True`, or
+# `torch._dynamo.mark_dynamic(x, 0)` on the input, compiles a dynamic graph from the start. (A
+# counting backend that runs the graphs eagerly keeps this fast.)
+
+# %%
+shapes = [(8, 64), (12, 64), (20, 64), (33, 64), (64, 64)]
+recompiles = [cm.count_compiles(graphs.mlp_block, shapes, d) for d in cm.DYNAMIC_CHOICES]
+cplots.recompiles(recompiles, title=f"Compilations over {len(shapes)} input shapes (per call: bar labels)")
+
+# %%
+c = {r["dynamic"]: r["compiles"] for r in recompiles}
+md(f"Over {len(shapes)} different batch sizes: static shapes compiled **{c['static']}** times, the default "
+   f"(automatic dynamic) **{c['automatic']}**, `dynamic=True` **{c['dynamic']}**, `mark_dynamic` "
+   f"**{c['mark_dynamic']}**. A dynamic graph cannot specialise on the size (and CUDA graphs need one "
+   f"recording per shape anyway), which is why servers pad batches to a few fixed sizes.")
+
+# %% [markdown]
+# ## 6. On an H200: decode and training steps in every mode
+#
+# `course-kit bench compile` compiles two workloads in each mode, each from an empty cache:
+# - a **batch-1 decode step** of a 6-layer, width-768 TinyGPT in bf16 with a static KV cache (its
+#   in-place cache writes and fixed shapes are what let `reduce-overhead` capture it);
+# - a **training step** (bf16 autocast forward and backward, compiled; fused AdamW) of a 4-layer
+#   TinyGPT on 8 x 1024 tokens.
+# Every mode is checked against eager first (decode logits over 16 positions, first-step loss).
+
+# %%
+ref = notebook.gpu_only("compile") if not torch.cuda.is_available() else reference.load("compile")
+if ref is None:
+    print("No H200 reference for `compile` recorded yet: run `course-kit bench compile` on a GPU to create it.")
+decode_rows = [r for r in ref["results"] if r["name"].startswith("decode") and "steady_s" in r] if ref else []
+train_rows = [r for r in ref["results"] if r["name"].startswith("train") and "steady_s" in r] if ref else []
+cplots.first_vs_steady(decode_rows + train_rows, title="Reference GPU: first call vs steady state") if ref else None
+
+# %%
+cplots.speedups(decode_rows, title="Decode step (batch 1): speed-up over eager") if ref else None
+
+# %%
+cplots.speedups(train_rows, title="Training step: speed-up over eager") if ref else None
+
+# %%
+cplots.kernels_per_mode(decode_rows + train_rows) if ref else None
+
+# %%
+if ref is not None:
+    s = ref["summary"]
+    t = s["targets"]
+    ds, ts = s["decode_speedup"], s["train_speedup"]
+    dk = {r["mode"]: r for r in decode_rows}
+    ma = max((k for k in ("max-autotune", "max-autotune-no-cudagraphs") if k in ts), key=lambda k: ts[k], default=None)
+    text = (f"On the {ref['environment'].get('gpu')}: `reduce-overhead` runs the decode step "
+            f"**{ds.get('reduce-overhead', float('nan')):.2f}x** faster than eager (target 3x: "
+            f"{'met' if t['reduce-overhead decode >= 3x eager'] else 'missed'}), against "
+            f"{ds.get('default', float('nan')):.2f}x for `default` alone: fusion helps, but at batch 1 the launches "
+            f"dominate.")
+    if "reduce-overhead" in dk and "eager" in dk and dk["eager"].get("launch_calls_per_call"):
+        text += (f" Eager launches {dk['eager']['launch_calls_per_call']:.0f} kernels from the host per step; "
+                 f"the CUDA graph needs {dk['reduce-overhead']['launch_calls_per_call']:.0f} launch calls for "
+                 f"{dk['reduce-overhead']['gpu_kernels_per_call']:.0f} GPU kernels.")
+    if ma:
+        text += (f" The training step runs **{ts[ma]:.2f}x** eager with `{ma}` (target 1.2x: "
+                 f"{'met' if t['max-autotune training step >= 1.2x eager'] else 'missed'}), "
+                 f"{ts.get('default', float('nan')):.2f}x with `default`; it took "
+                 f"{s['train_compile_s'].get(ma, float('nan')):.0f} s to compile against "
+                 f"{s['train_compile_s'].get('default', float('nan')):.0f} s for `default`.")
+    md(text)
+    for rows_, label in ((decode_rows, "decode"), (train_rows, "training")):
+        for r in rows_:
+            if r["mode"] in ("eager", "reduce-overhead", "max-autotune-no-cudagraphs") and r.get("top_kernels"):
+                md(f"Top GPU kernels, {label} step, `{r['mode']}`:\n\n| kernel | per call | µs per call |\n|---|---|---|\n"
+                   + "\n".join(f"| `{k['kernel'][:60]}` | {k['count']:.0f} | {k['gpu_us_per_call']:.1f} |"
+                               for k in r["top_kernels"][:5]))
+
+# %% [markdown]
+# ## Exercise 03.fullgraph: remove the graph breaks
+#
+# `forward_with_branch` (section 4) breaks the graph twice: once for the `print` of a tensor value,
+# once for the Python `if` on `h.mean()`. Write `fixed(x, w)` that computes the same result (the
+# print is only debugging, drop it) and compiles with `fullgraph=True`. Hint: `torch.where` picks
+# between two tensors on the device, without asking Python.
+
+# %% {"course_kit": {"exercise": "03.fullgraph", "role": "solution", "points": 2}}
+def fixed(x, w):
+    ### BEGIN SOLUTION
+    h = torch.relu(x @ w)
+    m = h.mean()
+    h = torch.where(m > 1.0, h / m, h)
+    return h @ w.T
+    ### END SOLUTION
+
+# %% {"course_kit": {"exercise": "03.fullgraph", "role": "check"}}
+from course_kit import grading
+grading.check("03.fullgraph", fixed)
+
+# %% [markdown]
+# ## Summary
+# - Inductor fuses chains of elementwise operations into one kernel: intermediates stay in registers,
+#   and memory traffic falls by the number of round trips saved.
+# - Compilation costs seconds to minutes at the first call; it pays off only over many calls, so
+#   report compile time and steady state separately.
+# - `reduce-overhead` removes launch overhead with CUDA graphs, and shines on small static steps like
+#   batch-1 decode; it needs static shapes and addresses (a static KV cache).
+# - `max-autotune` searches matmul kernels per shape: slower to compile, faster on matmul-heavy steps.
+# - Graph breaks and recompiles silently eat the gains: find them with `torch._dynamo.explain`,
+#   `fullgraph=True`, and `dynamic=True` / `mark_dynamic`.
+#
+# **Further reading**
+# - J. Ansel et al., *PyTorch 2: Faster Machine Learning Through Dynamic Python Bytecode
+#   Transformation and Graph Compilation*, ASPLOS 2024.
+# - PyTorch documentation: *torch.compile*, *torch.compiler troubleshooting* (graph breaks,
+#   recompilation, `TORCH_LOGS`), and *CUDAGraph Trees*.
+# - P. Tillet et al., *Triton: an intermediate language and compiler for tiled neural network
+#   computations*, MAPL 2019.
+#
+# **Next:** `04_graph_capture.ipynb` compares the ways of capturing a graph (tracing, scripting, FX,
+# `torch.export`): what each of them captures and what it misses.
