@@ -14,10 +14,10 @@ slug=$(python3 -c "from course_kit import reference; print(reference.gpu_slug())
 stage() {
   local what=$1; shift
   case $what in
-    tests)  python3 -m pytest -m gpu tests -q -p no:cacheprovider --timeout=300 "$@" 2>&1 | tee -a "$RES/gpu-tests-$slug.log" ;;
+    tests)  timeout "${TESTS_TIMEOUT:-900}" python3 -m pytest -m gpu tests -q -p no:cacheprovider --timeout=300 "$@" 2>&1 | tee -a "$RES/gpu-tests-$slug.log" ;;
     bench)  for t in "$@"; do
               start=$(date +%s)
-              python3 -m course_kit bench "$t" --out "$RES/$slug" 2>&1 | tee -a "$RES/bench-$slug.log"
+              timeout "${BENCH_TIMEOUT:-900}" python3 -m course_kit bench "$t" --out "$RES/$slug" 2>&1 | tee -a "$RES/bench-$slug.log"
               echo "## $t took $(( $(date +%s) - start )) s" | tee -a "$RES/bench-$slug.log"
             done ;;
     record) python3 -m course_kit record "$@" --out "$RES/$slug/notebooks" 2>&1 | tee -a "$RES/record-$slug.log" ;;
