@@ -6,8 +6,11 @@ its memory grows with the square of the sequence length. `peak_memory` measures 
 """
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Callable
+import os
+import sys
+from typing import Callable, Iterator
 
 import torch
 
@@ -61,6 +64,26 @@ def attention_flops(batch: int, heads: int, s_q: int, s_k: int, head_dim: int, *
     return flops / 2 if causal else flops
 
 
+@contextlib.contextmanager
+def _quiet_native_output() -> Iterator[None]:
+    """Silence what the profiler's C++ side prints to file descriptors 1 and 2 (start/stop lines)."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    saved = [os.dup(1), os.dup(2)]
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, devnull):
+            os.close(fd)
+
+
 def peak_memory(fn: Callable[[], object], device: torch.device | str = "cpu") -> int:
     """Peak bytes allocated while `fn()` runs, above what was allocated before it.
 
@@ -78,7 +101,7 @@ def peak_memory(fn: Callable[[], object], device: torch.device | str = "cpu") ->
         del out
         return int(peak)
     from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _quiet_native_output(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out = fn()
     del out
     # Each op's self memory (its allocations minus its frees, children excluded) is counted when the
