@@ -229,9 +229,12 @@ class DecodeGraphRunner:
 
 
 def eager_generate(model: llama.Transformer, prompts: list[list[int]], max_new_tokens: int,
-                   max_seq: int = 512) -> list[list[int]]:
-    """Greedy decoding with the same padded step, eagerly: the oracle for graph replay."""
-    runner = DecodeGraphRunner(model, max_batch=len(prompts), max_seq=max_seq, use_graphs=False, verbose=False)
+                   max_seq: int = 512, max_batch: int | None = None) -> list[list[int]]:
+    """Greedy decoding with the same padded step, eagerly: the oracle for graph replay.
+
+    Give it the runner's max_batch and max_seq so both run kernels of the same shapes."""
+    runner = DecodeGraphRunner(model, max_batch=max_batch or len(prompts), max_seq=max_seq,
+                               use_graphs=False, verbose=False)
     return runner.generate(prompts, max_new_tokens)
 
 

@@ -59,6 +59,13 @@ def time_steps(step, cfg, batch: int, prompt_len: int, device, repeat: int) -> b
 
 def kernel_profile(fn, steps: int = 3) -> dict:
     """Kernels per step and the five costliest, from the profiler (explains launch-bound steps)."""
+    try:
+        return _kernel_profile(fn, steps)
+    except Exception as err:  # noqa: BLE001 - a profile explains figures; it must not stop the run
+        return {"error": repr(err)}
+
+
+def _kernel_profile(fn, steps: int) -> dict:
     from torch.profiler import ProfilerActivity, profile
     fn()
     torch.cuda.synchronize()

@@ -278,6 +278,7 @@ class Transformer(nn.Module):
         causal = partial(_causal, scale=self.scale)
         return self.logits(self._run_layers(tokens, positions, lambda i: causal))
 
+    @torch.no_grad()
     def prefill(self, tokens: torch.Tensor, cache: StaticKVCache) -> torch.Tensor:
         """tokens [B, T], every row starting at position 0; writes K/V to cache rows 0..B-1."""
         B, T = self._check_tokens(tokens, cache.max_seq)
@@ -287,6 +288,7 @@ class Transformer(nn.Module):
         return self.logits(self._run_layers(tokens, positions, lambda i: partial(
             _prefill_attend, k_cache=cache.k[i], v_cache=cache.v[i], scale=self.scale)))
 
+    @torch.no_grad()
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor, cache: StaticKVCache) -> torch.Tensor:
         """One new token per row: tokens, positions [B] -> logits [B, V]. Static shapes, no host sync."""
         B = tokens.shape[0]
@@ -295,6 +297,7 @@ class Transformer(nn.Module):
             _decode_attend, k_cache=cache.k[i], v_cache=cache.v[i], rows=rows, positions=positions,
             fn=self.decode_attention, scale=self.scale)))
 
+    @torch.no_grad()
     def forward_paged(self, batch: PagedBatch, cache: PagedKVCache) -> torch.Tensor:
         """New tokens of B sequences -> logits of each sequence's last new token [B, V]."""
         attn = self.paged_attention or PAGED_ATTENTION["gather" if batch.tokens.is_cuda else "reference"]
