@@ -1,0 +1,164 @@
+"""`course-kit bench capstone`: the course engine against HF transformers on one workload.
+
+One seeded workload (prompt and output lengths uniform in ranges, EOS ignored, all requests at
+t=0). Variants, all in one run on the same requests:
+
+- HF `generate`: static batches, left-padded (the peer most people start from);
+- HF `generate_batch`: transformers' continuous batching, at its best settings here (the helper of
+  the batching topic: CUDA graphs on, the best attention available);
+- the course engine, adding one technique at a time: continuous batching + paged KV cache (sync,
+  no CUDA graphs) -> + CUDA graphs for decode -> + the async loop. Its attention is the fast path of
+  notebooks 06 and 08 on a GPU (a Triton paged-decode kernel; SDPA's flash backend for prefill).
+
+Correctness first: in fp32, on a few requests, every engine variant must give HF generate's greedy
+tokens. Throughput is output tokens / wall time (synchronised), the same clock for every variant.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .. import bench
+from ..engine import Engine, SamplingParams, trace
+from ..engine.async_loop import AsyncEngine
+from ..models import llama
+from .batching import _hf_generate_greedy, hf_generate_batch, hf_generate_static
+
+
+def _defaults(size: str, cuda: bool) -> dict:
+    if cuda and size in ("full", "small_gpu"):
+        return {"preset": "smollm-135m", "dtype": "bfloat16", "n_requests": 64,
+                "prompt_len": [100, 512], "output_len": [100, 512], "seed": 0, "max_num_seqs": 64,
+                "max_num_batched_tokens": 2048, "check_requests": 4, "check_tokens": 24,
+                "hf_generate_batch": True}
+    return {"preset": "tiny", "dtype": "float32", "n_requests": 6 if size == "smoke" else 12,
+            "prompt_len": [4, 32], "output_len": [4, 16 if size == "smoke" else 32], "seed": 0,
+            "max_num_seqs": 4, "max_num_batched_tokens": 128, "check_requests": 2,
+            "check_tokens": 6, "hf_generate_batch": size != "smoke"}
+
+
+def engine_variants(cuda: bool) -> dict[str, dict]:
+    """Name -> how the engine is built; each adds one technique to the previous one."""
+    v = {"engine: continuous + paged KV": {"cls": Engine, "cuda_graphs": False}}
+    if cuda:
+        v["engine: + CUDA graphs"] = {"cls": Engine, "cuda_graphs": True}
+    v["engine: + async loop"] = {"cls": AsyncEngine, "cuda_graphs": cuda, "mode": "async"}
+    return v
+
+
+def _build(model, spec: dict, opts: dict):
+    kw = {k: v for k, v in spec.items() if k != "cls"}
+    return spec["cls"](model, **opts, **kw)
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+@bench.topic("capstone", help="the course engine (all techniques) against HF generate and generate_batch")
+def run(params: dict) -> dict:
+    # On a CPU every variant runs with one torch thread: the async engine's worker thread does
+    # (so that the host keeps a core), and a fair comparison gives the others the same.
+    threads = torch.get_num_threads()
+    if not torch.cuda.is_available():
+        torch.set_num_threads(1)
+    try:
+        return _run(params)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(params: dict) -> dict:
+    cuda = torch.cuda.is_available() and str(params.get("device", "cuda")).startswith("cuda")
+    p = {**_defaults(params.get("size", "cpu"), cuda),
+         **{k: v for k, v in params.items() if k not in ("size", "device")}}
+    dev = "cuda" if cuda else "cpu"
+    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[p["dtype"]]
+    model = llama.Transformer.from_preset(p["preset"], seed=p["seed"], dtype=dtype, device=dev)
+    work = trace.synthetic(p["n_requests"], tuple(p["prompt_len"]), tuple(p["output_len"]),
+                           model.config.vocab_size, seed=p["seed"])
+    prompts = [r.prompt for r in work]
+    news = [r.max_new_tokens for r in work]
+    max_len = max(len(x) for x in prompts) + max(news)
+    opts = dict(max_num_seqs=p["max_num_seqs"], max_num_batched_tokens=p["max_num_batched_tokens"],
+                max_model_len=max_len)
+    variants = engine_variants(cuda)
+
+    # ---- correctness: fp32, every engine variant token-identical to HF generate
+    k, kt = p["check_requests"], p["check_tokens"]
+    m32 = llama.Transformer.from_preset(p["preset"], seed=p["seed"], dtype=torch.float32, device=dev)
+    hf32 = llama.to_hf(m32)
+    check_prompts = [x[:64] for x in prompts[:k]]
+    ref = [_hf_generate_greedy(hf32, x, kt) for x in check_prompts]
+    checks = {}
+    for name, spec in variants.items():
+        got = _build(m32, spec, opts).generate(check_prompts, SamplingParams(max_new_tokens=kt))
+        checks[name] = [o.tokens for o in got] == ref
+        if not checks[name]:
+            raise AssertionError(f"{name}: fp32 greedy tokens differ from HF generate")
+    del m32, hf32
+    hf = llama.to_hf(model)
+
+    # ---- timed runs, one clock for all: output tokens / synchronised wall time
+    results: list[dict] = []
+    n_tokens = sum(news)
+    sampling = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in news]
+    timeline = None
+    bar = bench.progress(list(variants) + ["HF generate", "HF generate_batch"], desc="capstone")
+    for name in bar:
+        if name in variants:
+            eng = _build(model, variants[name], opts)
+            eng.generate(prompts[:2], [SamplingParams(max_new_tokens=4)] * 2)   # warm-up, graphs
+            _sync()
+            t0 = time.perf_counter()
+            outs = eng.generate(prompts, sampling)
+            _sync()
+            dt = time.perf_counter() - t0
+            if [len(o.tokens) for o in outs] != news:
+                raise AssertionError(f"{name}: output lengths differ from the requested ones")
+            s = eng.summary(outs)
+            row = {"name": name, "kind": "course engine", "duration_s": dt,
+                   "throughput_tok_s": n_tokens / dt, "ttft_p50_s": s["ttft_p50_s"],
+                   "tpot_p50_s": s["tpot_p50_s"], "steps": s["steps"]}
+            if isinstance(eng, AsyncEngine):
+                t = eng.timing()
+                row["gpu_idle_fraction"] = t["gpu_idle_fraction"]
+                timeline = eng.timeline.shifted().to_records(max_spans=600)
+            results.append(row)
+            del eng
+            continue
+        if name == "HF generate_batch" and not p.get("hf_generate_batch", True):
+            results.append({"name": name, "kind": "HF peer", "skipped": "off at this size"})
+            continue
+        fn = ((lambda ps, ns: hf_generate_static(hf, ps, ns, p["max_num_seqs"])) if name == "HF generate"
+              else (lambda ps, ns: hf_generate_batch(hf, ps, ns)))
+        try:
+            fn(prompts[:2], [4, 4])                                              # warm-up
+            _sync()
+            t0 = time.perf_counter()
+            out = fn(prompts, news)
+            _sync()
+            dt = time.perf_counter() - t0
+        except Exception as err:   # noqa: BLE001 - a peer failing must not lose the other figures
+            results.append({"name": name, "kind": "HF peer", "skipped": f"{type(err).__name__}: {err}"})
+            continue
+        toks, extra = (out if isinstance(out, tuple) else (out, {}))
+        if [len(t) for t in toks] != news:
+            raise AssertionError(f"{name}: output lengths differ from the requested ones")
+        results.append({"name": name, "kind": "HF peer", "duration_s": dt,
+                        "throughput_tok_s": n_tokens / dt, **extra})
+
+    thr = {r["name"]: r["throughput_tok_s"] for r in results if "throughput_tok_s" in r}
+    full = list(variants)[-1]
+    summary = {"correct_fp32": checks, "throughput_tok_s": thr, "output_tokens": n_tokens,
+               "full_engine": full}
+    for peer in ("HF generate", "HF generate_batch"):
+        if peer in thr:
+            summary[f"engine_vs_{peer.replace(' ', '_')}"] = thr[full] / thr[peer]
+    base = "engine: continuous + paged KV"
+    for name in variants:
+        summary[f"speedup_vs_engine_base::{name}"] = thr[name] / thr[base]
+    summary["torch_threads"] = torch.get_num_threads()
+    return {"params": p, "results": results, "summary": summary, "timeline": timeline}

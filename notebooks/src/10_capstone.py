@@ -1,0 +1,205 @@
+# %% [markdown]
+# # 10 · Capstone: the course engine against HF transformers
+#
+# Every notebook so far built one piece of a fast inference stack and measured it alone: dtypes
+# (01), CUDA graphs (05), continuous batching over a paged KV cache (06), the async step loop (07),
+# fast attention kernels (08). Here they run together, on one workload, against the two ways most
+# people serve a model with HF transformers: `generate` (static, padded batches) and `generate_batch`
+# (transformers' own continuous batching). One technique is added at a time, so each one's share
+# of the result is visible.
+#
+# {{BADGES}}
+#
+# **What you will learn**
+# - how the techniques of the course add up on one workload, and which ones matter most where;
+# - how to compare serving systems honestly: same requests, same lengths, same clock, correctness
+#   first;
+# - how to read the recorded H200 comparison when no GPU is at hand.
+
+# %%
+{{SETUP}}
+
+# %% [markdown]
+# ## Parameters
+# On a GPU the workload is `smollm-135m`-shaped in bf16 (random weights: the speed of a model does
+# not depend on what it learned). On a CPU, the tiny model and a handful of requests show the same
+# pipeline working; the H200 record shows the real comparison. `COURSE_KIT_SMOKE=1` (CI) is smallest.
+
+# %% {"tags": ["parameters"]}
+P = device.defaults()
+ON_GPU = P["device"] == "cuda"
+SIZE = P["size"]
+
+# %%
+import plotly.graph_objects as go
+import torch
+
+from course_kit import bench, notebook, reference
+from course_kit.benchmarks import capstone
+from course_kit.notebook import md, show_source
+from course_kit.plots import streams as splots
+
+P
+
+# %% [markdown]
+# ## 1. The contestants
+#
+# | Variant | What it adds | Notebook |
+# |---|---|---|
+# | HF `generate` | static batches, left-padded to the longest prompt, each batch running until its longest request is done | — |
+# | HF `generate_batch` | transformers' continuous batching with a paged cache, CUDA graphs on, its best attention | — |
+# | engine: continuous + paged KV | requests admitted and retired every step, chunked prefill, KV in blocks; no CUDA graphs, sync loop | 06 |
+# | engine: + CUDA graphs | each decode step replayed as one graph per padded batch size | 05, 06 |
+# | engine: + async loop | step N+1 scheduled and prepared while step N runs; tokens carried on the GPU | 07 |
+#
+# The engine's attention is the fast path on a GPU (a Triton paged-decode kernel, SDPA's flash
+# backend for prefill; notebook 08), and the weights are bf16 where the GPU has bf16 units (01).
+# The benchmark checks correctness first: in fp32, each engine variant must produce HF `generate`'s
+# greedy tokens. Then every variant runs the same requests, timed by the same synchronised clock.
+
+# %%
+show_source(capstone.engine_variants)
+show_source(capstone._run)
+
+# %% [markdown]
+# ## 2. On this machine
+
+# %%
+own = bench.run_topic("capstone", {"size": SIZE})
+rows = [r for r in own["results"] if "throughput_tok_s" in r]
+
+def table(rows_, title):
+    peer = next((r["throughput_tok_s"] for r in rows_ if r["name"] == "HF generate"), None)
+    cols = ["variant", "throughput (tok/s)", "vs HF generate", "TTFT p50 (ms)", "TPOT p50 (ms)"]
+    fmt = lambda v, f: "—" if v is None or v != v else f.format(v)  # noqa: E731
+    vals = [[r["name"] for r in rows_],
+            [fmt(r["throughput_tok_s"], "{:,.0f}") for r in rows_],
+            [fmt(r["throughput_tok_s"] / peer if peer else None, "{:.2f}x") for r in rows_],
+            [fmt(r.get("ttft_p50_s", None) and r["ttft_p50_s"] * 1e3, "{:.1f}") for r in rows_],
+            [fmt(r.get("tpot_p50_s", None) and r["tpot_p50_s"] * 1e3, "{:.2f}") for r in rows_]]
+    fig = go.Figure(go.Table(header=dict(values=cols), cells=dict(values=vals)))
+    fig.update_layout(title=title, height=120 + 32 * len(rows_), margin=dict(t=40, b=10))
+    return fig
+
+table(rows, f"This machine ({own['environment'].get('gpu') or 'CPU'}), "
+            f"{own['params']['n_requests']} requests, {own['summary']['output_tokens']} output tokens")
+
+# %%
+splots.bars(rows, "name", "throughput_tok_s", title="Throughput on this machine", y_title="output tokens / s")
+
+# %%
+s = own["summary"]
+skipped = [r["name"] for r in own["results"] if "skipped" in r]
+text = (f"All engine variants matched HF `generate`'s greedy tokens in fp32: "
+        f"**{all(s['correct_fp32'].values())}**. The full engine ({s['full_engine']}) ran at "
+        f"**{s['throughput_tok_s'][s['full_engine']]:,.0f} tokens/s**")
+if "engine_vs_HF_generate" in s:
+    text += f", **{s['engine_vs_HF_generate']:.1f}x** HF `generate`"
+if "engine_vs_HF_generate_batch" in s:
+    text += f" and **{s['engine_vs_HF_generate_batch']:.1f}x** HF `generate_batch`"
+text += "."
+if skipped:
+    text += f" Not run here: {', '.join(skipped)}."
+if not ON_GPU:
+    text += (" On a CPU these figures say little about serving: the tiny model makes every step "
+             "dominated by Python overheads. The H200 record below is the real comparison.")
+md(text)
+
+# %% [markdown]
+# ## 3. The recorded H200 comparison
+
+# %%
+ref = notebook.gpu_only("capstone") if not ON_GPU else reference.load("capstone")
+if ref:
+    ref_rows = [r for r in ref["results"] if "throughput_tok_s" in r]
+    fig = table(ref_rows, f"Reference: {ref['environment'].get('gpu', 'H200')}, {ref['params']['preset']} "
+                          f"{ref['params']['dtype']}, {ref['params']['n_requests']} requests")
+else:
+    print("No reference record of `course-kit bench capstone` yet: it is made on the H200 with that command.")
+    fig = None
+fig
+
+# %%
+if ref:
+    fig = go.Figure()
+    fig.add_bar(x=[r["name"] for r in ref_rows], y=[r["throughput_tok_s"] for r in ref_rows],
+                name=ref["environment"].get("gpu", "reference"))
+    if ON_GPU:
+        fig.add_bar(x=[r["name"] for r in rows], y=[r["throughput_tok_s"] for r in rows],
+                    name=own["environment"].get("gpu", "this GPU"))
+    fig.update_layout(barmode="group", yaxis_type="log", yaxis_title="output tokens / s (log)",
+                      title="Throughput by variant", height=420)
+else:
+    fig = None
+fig
+
+# %%
+if ref:
+    rs = ref["summary"]
+    steps = [n for n in rs["throughput_tok_s"] if n.startswith("engine")]
+    gains = ", ".join(f"{n.split(': ', 1)[1]} **{rs['throughput_tok_s'][n] / rs['throughput_tok_s'][steps[0]]:.2f}x**"
+                      for n in steps)
+    text = f"On the reference GPU, relative to the first engine variant: {gains}."
+    if "engine_vs_HF_generate" in rs:
+        text += f" The full engine is **{rs['engine_vs_HF_generate']:.1f}x** HF `generate`"
+    if "engine_vs_HF_generate_batch" in rs:
+        text += f" and **{rs['engine_vs_HF_generate_batch']:.1f}x** HF `generate_batch`"
+    md(text + ".")
+
+# %% [markdown]
+# ## 4. Where the time goes in the full engine
+#
+# The timeline of the full engine's run (the async loop of notebook 07): host work on `cpu`, input
+# copies on `copy`, model steps on `gpu`. The first steps prefill many prompts at once (long GPU
+# spans); then decode steps follow each other with the host's work hidden under them.
+
+# %%
+tl_source = own if ON_GPU or not ref else ref
+if tl_source and tl_source.get("timeline"):
+    recs = tl_source["timeline"]
+    lanes = [l for l in ("cpu", "copy", "gpu") if any(r["lane"] == l for r in recs)]
+    fig = splots.gantt(recs, f"Full engine, first steps ({tl_source['environment'].get('gpu') or 'CPU'})", lanes=lanes)
+else:
+    fig = None
+fig
+
+# %% [markdown]
+# ## Exercise 10.ratios: the comparison table
+#
+# Write `ratios(rows)`: `rows` is a list of result dicts like `own["results"]`, each with a
+# `"name"` and either a `"throughput_tok_s"` or a `"skipped"` reason. Return a dict mapping the name of
+# every measured row to its throughput divided by the throughput of the row named `"HF generate"`.
+
+# %% {"course_kit": {"exercise": "10.ratios", "role": "solution", "points": 1}}
+def ratios(rows):
+    ### BEGIN SOLUTION
+    peer = next(r["throughput_tok_s"] for r in rows if r["name"] == "HF generate")
+    return {r["name"]: r["throughput_tok_s"] / peer for r in rows if "throughput_tok_s" in r}
+    ### END SOLUTION
+
+# %% {"course_kit": {"exercise": "10.ratios", "role": "check"}}
+from course_kit import grading
+grading.check("10.ratios", ratios)
+
+# %%
+ratios(own["results"])
+
+# %% [markdown]
+# ## Summary
+# - On one workload, with the same requests and the same clock, each technique of the course shows
+#   its share: continuous batching and the paged cache remove padding and waiting; CUDA graphs
+#   remove launch overhead from decode steps; the async loop hides the host's work under the GPU's.
+# - Correctness comes first: every engine variant reproduces HF `generate`'s greedy tokens in fp32.
+# - What dominates depends on the machine: on a CPU, Python overheads; on a big GPU with a small
+#   model, launch and host overheads, which is where graphs and the async loop pay most.
+#
+# **Further reading**
+# - W. Kwon et al., *Efficient Memory Management for Large Language Model Serving with
+#   PagedAttention*, SOSP 2023 (vLLM).
+# - G.-I. Yu et al., *Orca: A Distributed Serving System for Transformer-Based Generative Models*,
+#   OSDI 2022 (continuous batching).
+# - Hugging Face transformers documentation: *Continuous batching* (`generate_batch`).
+# - T. Dao, *FlashAttention-2*, 2023.
+#
+# **Next:** the course ends here; notebook 09 (parallelism) shows how the same engine spreads over
+# several GPUs when one is not enough.
