@@ -170,3 +170,15 @@ def test_gpu_every_mode_trains_and_records_memory():
     for name, r in res.items():
         assert r.peak_mem_bytes and r.peak_mem_bytes > 0, name
         assert all(x == x for x in r.losses), name
+
+
+def test_amp_bench_topic_smoke_on_cpu():
+    from course_kit import bench
+    rec = bench.run_topic("amp", {"size": "smoke", "device": "cpu", "modes": ["fp32", "fp16_scaler"]})
+    s = rec["summary"]
+    assert s["checks"]["same_scale_history"] and s["checks"]["same_params"] and s["checks_passed"]
+    assert "fp16_scaler_speedup_vs_fp32" in s and set(s["targets"]) == {
+        "bf16_speedup_vs_fp32 >= 2.5", "fp16_scaler_skipped_after_warmup <= 0.01"}
+    names = [r["name"] for r in rec["results"]]
+    assert names == ["fp32", "fp16_scaler"]
+    assert all(len(r["losses"]) == r["steps"] for r in rec["results"])

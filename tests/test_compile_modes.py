@@ -119,6 +119,20 @@ def test_tiny_gpt_presets_and_errors():
         tiny_gpt.config("huge")
 
 
+def test_compile_bench_topic_eager_on_cpu():
+    from course_kit import bench
+    rec = bench.run_topic("compile", {"size": "smoke", "device": "cpu", "decode_modes": ["eager", "reduce-overhead"],
+                                      "train_modes": ["eager"], "repeat": 3})
+    rows = {r["name"]: r for r in rec["results"]}
+    assert rows["decode eager"]["correct"] and rows["train eager"]["correct"]
+    assert rows["decode reduce-overhead"]["skipped"]
+    assert rec["summary"]["decode_graphs"]["graph_breaks"] == 0
+    assert set(rec["summary"]["targets"]) == {"reduce-overhead decode >= 3x eager",
+                                              "max-autotune training step >= 1.2x eager"}
+    with pytest.raises(ValueError, match="valid modes"):
+        bench.run_topic("compile", {"size": "smoke", "device": "cpu", "decode_modes": ["warp"]})
+
+
 # ---- GPU ------------------------------------------------------------------------------------
 
 @pytest.mark.gpu

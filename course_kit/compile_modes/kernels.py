@@ -5,9 +5,11 @@ from typing import Any, Callable
 
 import torch
 
-# Host-side API calls that launch work on the GPU: one per eager kernel, one per CUDA-graph replay.
-_LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx",
-                 "cudaGraphLaunch", "cuGraphLaunch")
+import re
+
+# Host-side API calls that launch work on the GPU: one per eager kernel, one per CUDA-graph replay
+# (cudaLaunchKernel, cudaLaunchKernelExC, cuLaunchKernel(Ex) from Triton, cudaGraphLaunch, ...).
+_LAUNCH_CALL = re.compile(r"^cu(da)?(Graph)?Launch")
 
 
 def _device_time_us(evt: Any) -> float:
@@ -30,7 +32,7 @@ def profile_launches(fn: Callable, *args: Any, calls: int = 3, top: int = 8) -> 
         torch.cuda.synchronize()
     launches, kernels, rows = 0, 0, []
     for evt in prof.key_averages():
-        if evt.key in _LAUNCH_CALLS:
+        if _LAUNCH_CALL.match(evt.key) and evt.device_type != torch.autograd.DeviceType.CUDA:
             launches += evt.count
         elif evt.device_type == torch.autograd.DeviceType.CUDA and "memcpy" not in evt.key.lower() \
                 and "memset" not in evt.key.lower():

@@ -39,12 +39,17 @@ def compile_with_mode(fn: Callable, mode: str, **kwargs: Any) -> Callable:
 
 
 @contextlib.contextmanager
-def fresh_caches() -> Iterator[str]:
-    """Point Inductor's and Triton's on-disk caches at a new temporary folder, so compile times are
-    cold-start times and nothing is cached outside the temporary folder."""
+def fresh_caches(parent: str | None = None) -> Iterator[str]:
+    """Point Inductor's and Triton's on-disk caches at a new empty folder, so compile times are
+    cold-start times and nothing is cached outside the temporary folder. With `parent`, the folder is
+    made inside it and left for the caller to remove (compile workers may still write there)."""
     keys = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
     before = {k: os.environ.get(k) for k in keys}
-    with tempfile.TemporaryDirectory(prefix="course_kit_compile_") as tmp:
+    with contextlib.ExitStack() as stack:
+        if parent is None:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="course_kit_compile_"))
+        else:
+            tmp = tempfile.mkdtemp(prefix="mode_", dir=parent)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tmp
         os.environ["TRITON_CACHE_DIR"] = os.path.join(tmp, "triton")
         try:
