@@ -140,6 +140,8 @@ def missing_record_stream_demo(n: int = 1 << 22, delay_ms: float = 5.0) -> dict:
     out: dict = {}
     for variant in ("racy (no record_stream)", "fixed (record_stream)"):
         torch.cuda.synchronize()
+        # no other cached free block of x's size: the next allocation can only reuse x's memory
+        torch.cuda.empty_cache()
         rec = EventRecorder()
         x = torch.full((n,), 1.0, device="cuda")  # allocated on the main stream
         side.wait_stream(main)
