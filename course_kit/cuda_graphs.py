@@ -7,8 +7,8 @@ no host synchronisation. So `DecodeGraphRunner` keeps static input buffers and a
 captures one graph per batch size (1, 2, 4, 8, ...) into one shared memory pool, and pads a batch
 up to the next captured size.
 
-`python -m course_kit.cuda_graphs --pitfall N` runs one pitfall demonstration in a process of
-its own (a broken capture must not poison the notebook's CUDA context) and prints JSON.
+`python -m course_kit.cuda_graphs --pitfalls` runs the pitfall demonstrations in a process of
+their own (a broken capture must not poison the notebook's CUDA context) and prints JSON.
 """
 from __future__ import annotations
 
@@ -336,26 +336,37 @@ def _pitfall_rng() -> dict:
             "wrong": len(set(draws_cpu)) == 1 and len(set(draws_dev)) == 3}
 
 
-_DEMOS = [_pitfall_cpu_sync, _pitfall_dynamic_shapes, _pitfall_allocation, _pitfall_rng]
+_DEMOS = {"CPU sync inside capture": _pitfall_cpu_sync, "dynamic shapes": _pitfall_dynamic_shapes,
+          "allocation during capture": _pitfall_allocation, "RNG": _pitfall_rng}
+# the failing capture runs last: whatever state it leaves cannot spoil the other demonstrations
+_ORDER = ["dynamic shapes", "allocation during capture", "RNG", "CPU sync inside capture"]
 
 
-def run_pitfalls(timeout_s: float = 120) -> list[dict]:
-    """Each pitfall demonstrated on the GPU in a fresh process (a failed capture can leave the CUDA
-    context unusable); on a CPU, the explanations only."""
+def demonstrate_pitfalls() -> dict:
+    found = {}
+    for name in _ORDER:
+        try:
+            found[name] = _DEMOS[name]()
+        except Exception as err:  # noqa: BLE001 - report and go on
+            found[name] = {"demo_failed": f"{type(err).__name__}: {err}"[:300]}
+    return found
+
+
+def run_pitfalls(timeout_s: float = 180) -> list[dict]:
+    """The pitfalls demonstrated on the GPU, in a fresh process (a failed capture can leave the
+    CUDA context unusable, so never in the notebook's own); on a CPU, the explanations only."""
     if not torch.cuda.is_available():
         return [dict(p) for p in PITFALLS]
-    results = []
-    for i, info in enumerate(PITFALLS):
-        try:
-            proc = subprocess.run([sys.executable, "-m", "course_kit.cuda_graphs", "--pitfall", str(i)],
-                                  capture_output=True, text=True, timeout=timeout_s)
-            found = (json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0
-                     else {"demo_failed": (proc.stderr.strip().splitlines() or ["?"])[-1]})
-        except Exception as err:  # noqa: BLE001 - report, do not stop the run
-            found = {"demo_failed": repr(err)}
-        results.append({**info, **found})
-    return results
+    try:
+        proc = subprocess.run([sys.executable, "-m", "course_kit.cuda_graphs", "--pitfalls"],
+                              capture_output=True, text=True, timeout=timeout_s)
+        lines = proc.stdout.strip().splitlines()
+        found = json.loads(lines[-1]) if proc.returncode == 0 and lines else {}
+        failed = None if found else (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    except Exception as err:  # noqa: BLE001 - report, do not stop the run
+        found, failed = {}, repr(err)
+    return [{**p, **found.get(p["pitfall"], {"demo_failed": failed})} for p in PITFALLS]
 
 
-if __name__ == "__main__" and "--pitfall" in sys.argv:
-    print(json.dumps(_DEMOS[int(sys.argv[sys.argv.index("--pitfall") + 1])]()))
+if __name__ == "__main__" and "--pitfalls" in sys.argv:
+    print(json.dumps(demonstrate_pitfalls()))

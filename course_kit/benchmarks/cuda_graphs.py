@@ -121,6 +121,8 @@ def run(params: dict) -> dict:
                     "batch": 1, "tokens_per_s": hf_gen["tokens_per_s"], "ms_per_step": hf_gen["s_per_token"] * 1e3})
     del hf
     free()
+    summary["decode_bytes"] = {"preset": preset, "weights": weight_bytes(model),
+                               "kv_per_row": cfg.kv_bytes_per_token(dtype) * spec["max_seq"]}
 
     # correctness first: graph replay against the same padded step run eagerly
     check_prompts = prompts_for(cfg, min(3, maxb), spec["prompt_len"] // 2, seed=1)

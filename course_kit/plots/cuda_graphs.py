@@ -1,0 +1,72 @@
+"""Figures of notebook 05 (CUDA graphs), from `course-kit bench cuda_graphs` records."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+VARIANTS = {"eager": "eager step", "graph": "CUDA graph runner", "fused_graph": "fused blocks + graph runner",
+            "reduce_overhead": 'torch.compile("reduce-overhead")', "hf_generate": "HF generate"}
+
+
+def launch_figure(records: list[tuple[str, dict]]) -> go.Figure:
+    """µs per kernel launched eagerly against µs per kernel inside one graph replay."""
+    fig = go.Figure()
+    for label, rec in records:
+        row = next((r for r in rec["results"] if r.get("name") == "launch"), None)
+        if row is None:
+            continue
+        names, values = ["eager launch"], [row["eager_us_per_kernel"]]
+        if row.get("graph_us_per_kernel"):
+            names.append("inside a graph replay")
+            values.append(row["graph_us_per_kernel"])
+        fig.add_bar(x=names, y=values, name=label, text=[f"{v:.2f} µs" for v in values], textposition="outside")
+    fig.update_layout(barmode="group", yaxis_title="µs per tiny kernel", height=380,
+                      title="Launch overhead: N tiny kernels, eager against one graph replay")
+    return fig
+
+
+def decode_rows(record: dict, preset: str | None = None) -> list[dict]:
+    """The per-batch decode rows of a record (optionally of one preset)."""
+    return [r for r in record["results"] if r.get("variant") in VARIANTS and "batch" in r
+            and (preset is None or r.get("preset") == preset)]
+
+
+def decode_figure(records: list[tuple[str, dict]], preset: str | None = None) -> go.Figure:
+    """Decode tokens/s against batch size, one line per variant (and per record)."""
+    fig = go.Figure()
+    for label, rec in records:
+        p = preset or rec["summary"].get("decode_bytes", {}).get("preset")
+        rows = decode_rows(rec, p)
+        for variant, name in VARIANTS.items():
+            pts = sorted((r["batch"], r["tokens_per_s"]) for r in rows if r["variant"] == variant)
+            if pts:
+                fig.add_scatter(x=[b for b, _ in pts], y=[t for _, t in pts], name=f"{name} · {label}",
+                                mode="lines+markers")
+    fig.update_layout(xaxis_title="batch size", yaxis_title="tokens/s", yaxis_type="log", xaxis_type="log",
+                      height=420, title=f"Decode throughput by batch size ({preset or 'model of the record'})")
+    return fig
+
+
+def roofline_decode_figure(record: dict, copy_gbs: float | None = None) -> go.Figure:
+    """Decode tokens/s against the bandwidth ceiling: at batch b one step must read the weights once
+    and b rows of K/V, so tokens/s <= b * bandwidth / (weights + b * kv_row)."""
+    nb = record["summary"].get("decode_bytes")
+    bw = copy_gbs or record["summary"].get("copy_gbs")
+    fig = decode_figure([("", record)])
+    if nb and bw:
+        batches = sorted({r["batch"] for r in decode_rows(record, nb["preset"])})
+        ceiling = [b * bw * 1e9 / (nb["weights"] + b * nb["kv_per_row"]) for b in batches]
+        fig.add_scatter(x=batches, y=ceiling, name=f"bandwidth ceiling ({bw:,.0f} GB/s copy)",
+                        mode="lines", line=dict(dash="dash", color="black"))
+    fig.update_layout(title="Decode against the bandwidth roofline (dashed: reading the bytes takes this long)")
+    return fig
+
+
+def padding_figure(plan: list[dict]) -> go.Figure:
+    """Real rows and padding rows for each batch, replayed on the next captured graph."""
+    xs = [str(p["batch"]) for p in plan]
+    fig = go.Figure([go.Bar(x=xs, y=[p["batch"] for p in plan], name="real rows"),
+                     go.Bar(x=xs, y=[p["padding"] for p in plan], name="padding rows",
+                            text=[f"graph {p['graph']}" for p in plan], textposition="outside")])
+    fig.update_layout(barmode="stack", xaxis_title="batch that arrives", yaxis_title="rows computed",
+                      height=360, title="Padding a batch up to the next captured graph size")
+    return fig
