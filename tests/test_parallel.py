@@ -14,8 +14,8 @@ TOL = 2e-6  # relative; float32 sums in a different order
 
 @pytest.fixture(scope="module")
 def pool2():
-    with launcher.Pool(2, "gloo") as p:
-        yield p
+    # the shared pool, which launch() (and the grading check) reuse too
+    return launcher.get_pool(2, "gloo")
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +123,7 @@ def _notebook_style(rank, world_size):
 
 def test_launcher_ships_notebook_functions_as_source(pool2, monkeypatch):
     monkeypatch.setattr(_notebook_style, "__module__", "__main__")
-    assert isinstance(launcher.portable(_notebook_style), launcher._Source)
+    assert isinstance(launcher.portable(_notebook_style), launcher.Source)
     assert pool2.run(_notebook_style) == [[3.0] * 3, [3.0] * 3]
 
 
@@ -174,3 +174,27 @@ def test_kv_heads_of_rank():
     assert list(tensor.kv_heads_of_rank(8, 2, 3, 4)) == [1]
     with pytest.raises(ValueError, match="n_kv_heads"):
         tensor.kv_heads_of_rank(12, 3, 0, 2)
+
+
+# ---------------------------------------------------------------- the exercise check (2 ranks)
+
+def _good_row_parallel(x_shard, weight_shard, bias=None):
+    y = x_shard @ weight_shard.t()
+    dist.all_reduce(y)
+    return y if bias is None else y + bias
+
+
+def _bias_twice(x_shard, weight_shard, bias=None):
+    y = x_shard @ weight_shard.t()
+    if bias is not None:
+        y = y + bias
+    dist.all_reduce(y)
+    return y
+
+
+def test_exercise_row_parallel_check(pool2, capsys):
+    from course_kit import grading
+    grading.check("09.row_parallel", _good_row_parallel)
+    assert "passed" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match="bias added once"):
+        grading.check("09.row_parallel", _bias_twice)

@@ -65,7 +65,7 @@ def resolve_backend(backend: str, world_size: int) -> str:
 
 
 @dataclass
-class _Source:
+class Source:
     """A function shipped as source text (for functions defined in a notebook)."""
     name: str
     source: str
@@ -92,7 +92,7 @@ def portable(fn: Callable[..., Any]) -> Any:
     except (OSError, TypeError) as e:
         raise ValueError(f"cannot send {fn!r} to the workers: define it at module level in a "
                          f"module, or in a notebook cell ({e})") from e
-    return _Source(fn.__name__, src)
+    return Source(fn.__name__, src)
 
 
 def _context() -> Any:
@@ -103,6 +103,11 @@ def _context() -> Any:
         ctx.set_forkserver_preload(["torch", "torch.distributed", __name__])
         return ctx
     return mp.get_context("spawn")
+
+
+def resolve(fn: Any) -> Callable[..., Any]:
+    """A callable from what `portable` returned (inside a worker)."""
+    return fn.load() if isinstance(fn, Source) else fn
 
 
 def _worker(rank: int, world_size: int, backend: str, init_method: str, threads: int,
@@ -138,7 +143,7 @@ def _worker(rank: int, world_size: int, backend: str, init_method: str, threads:
             break
         try:
             fn, args, kwargs = pickle.loads(blob)
-            if isinstance(fn, _Source):
+            if isinstance(fn, Source):
                 fn = fn.load()
             out = _to_cpu(fn(rank, world_size, *args, **kwargs))
             results.put((rank, "ok", pickle.dumps(out)))

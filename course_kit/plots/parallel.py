@@ -1,0 +1,152 @@
+"""Figures of notebook 09: bus bandwidth, pipeline timelines and bubbles, TP scaling, MoE load."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import plotly.graph_objects as go
+
+from ..parallel import comm, pipeline
+
+__all__ = ["busbw_figure", "timeline_figure", "bubble_figure", "scaling_figure",
+           "tokens_table", "bar_figure"]
+
+_KIND_COLOR = {"F": "#1f77b4", "B": "#ff7f0e"}
+
+
+def busbw_figure(series: Mapping[str, Sequence[Mapping[str, Any]]], *, op: str = "all_reduce",
+                 model: Mapping[str, float] | None = None, title: str | None = None) -> go.Figure:
+    """Bus bandwidth (GB/s) against message size, one line per (label, world size).
+
+    `series` maps a label (machine) to result rows with op, bytes, n, busbw_GBps. `model`
+    ({"alpha_s", "bandwidth_Bps", "n"}) adds the alpha-beta curve.
+    """
+    fig = go.Figure()
+    for label, rows in series.items():
+        sel = [r for r in rows if r.get("op") == op]
+        for n in sorted({r["n"] for r in sel}):
+            pts = sorted((r["bytes"], r["busbw_GBps"]) for r in sel if r["n"] == n)
+            fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts],
+                                     mode="lines+markers", name=f"{label}, n={n}"))
+    if model:
+        sizes = [2 ** k for k in range(8, 31)]
+        n = int(model["n"])
+        ys = [comm.busbw(op, s, comm.collective_time(op, s, n, model["alpha_s"],
+                                                      model["bandwidth_Bps"]), n) / 1e9
+              for s in sizes]
+        fig.add_trace(go.Scatter(x=sizes, y=ys, mode="lines", line={"dash": "dot"},
+                                 name=f"alpha-beta model, n={n}"))
+    fig.update_layout(title=title or f"{op}: bus bandwidth against message size",
+                      xaxis={"type": "log", "title": "message size (bytes)"},
+                      yaxis={"title": "bus bandwidth (GB/s)"}, height=420)
+    return fig
+
+
+def timeline_figure(events: Sequence[Mapping[str, Any]], *, title: str = "Pipeline timeline",
+                    unit: str = "s") -> go.Figure:
+    """Gantt chart: one row per rank, forward (blue) and backward (orange) boxes per micro-batch."""
+    fig = go.Figure()
+    shown: set[str] = set()
+    t0 = min(e["start"] for e in events) if events else 0.0
+    scale = {"s": 1.0, "ms": 1e3}.get(unit, 1.0)
+    for e in events:
+        k = e["kind"]
+        fig.add_trace(go.Bar(
+            base=[(e["start"] - t0) * scale], x=[(e["end"] - e["start"]) * scale],
+            y=[f"rank {e['rank']}"], orientation="h", marker_color=_KIND_COLOR[k],
+            text=[str(e["mb"])], textposition="inside", insidetextanchor="middle",
+            name="forward" if k == "F" else "backward", showlegend=k not in shown,
+            hovertemplate=f"{'forward' if k == 'F' else 'backward'} of micro-batch {e['mb']}"
+                          "<extra></extra>"))
+        shown.add(k)
+    ranks = sorted({e["rank"] for e in events})
+    fig.update_layout(title=f"{title} (bubble {pipeline.bubble_of(events):.0%})" if events else title,
+                      barmode="overlay", height=120 + 45 * len(ranks),
+                      xaxis={"title": f"time ({unit})"},
+                      yaxis={"categoryorder": "array",
+                             "categoryarray": [f"rank {r}" for r in reversed(ranks)]})
+    return fig
+
+
+def bubble_figure(rows: Sequence[Mapping[str, Any]], p: int, *, title: str | None = None) -> go.Figure:
+    """Measured bubble fraction against micro-batches m, beside (p-1)/(m+p-1)."""
+    rows = [r for r in rows if r.get("p") == p and "bubble" in r]
+    ms = sorted({r["m"] for r in rows}) or [1, 2, 4, 8]
+    dense = list(range(1, max(ms) + 1))
+    fig = go.Figure(go.Scatter(x=dense, y=[pipeline.bubble_theory(p, m) for m in dense],
+                               mode="lines", name="(p-1)/(m+p-1)"))
+    for kind in pipeline.SCHEDULES:
+        pts = sorted((r["m"], r["bubble"]) for r in rows if r["schedule"] == kind)
+        if pts:
+            fig.add_trace(go.Scatter(x=[a for a, _ in pts], y=[b for _, b in pts],
+                                     mode="markers+lines", name=f"measured, {kind}"))
+    fig.update_layout(title=title or f"Pipeline bubble with p={p} stages",
+                      xaxis={"title": "micro-batches m", "type": "log"},
+                      yaxis={"title": "idle fraction", "range": [0, 1]}, height=380)
+    return fig
+
+
+def _decode_rows(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [r for r in record.get("results", []) if r.get("name") == "decode"]
+
+
+def scaling_figure(records: Mapping[str, Mapping[str, Any]], *, what: str = "decode") -> go.Figure:
+    """Speed-up against the number of GPUs from several records (label -> record).
+
+    what="decode": tokens/s speed-up per model; what="mlp": TP MLP speed-up. The ideal line
+    (speed-up = n) is drawn for reference.
+    """
+    fig = go.Figure()
+    top = 1
+    for label, rec in records.items():
+        if what == "mlp":
+            pts = sorted((r["tp"], r.get("speedup")) for r in rec.get("results", [])
+                         if r.get("name") == "tp_mlp" and r.get("speedup"))
+            if pts:
+                fig.add_trace(go.Scatter(x=[a for a, _ in pts], y=[b for _, b in pts],
+                                         mode="lines+markers", name=f"TP MLP, {label}"))
+                top = max(top, pts[-1][0])
+            continue
+        for model in sorted({r["model"] for r in _decode_rows(rec)}):
+            pts = sorted((r["tp"], r.get("speedup")) for r in _decode_rows(rec)
+                         if r["model"] == model and r.get("speedup"))
+            if pts:
+                fig.add_trace(go.Scatter(x=[a for a, _ in pts], y=[b for _, b in pts],
+                                         mode="lines+markers", name=f"{model}, {label}"))
+                top = max(top, pts[-1][0])
+    ideal = [n for n in (1, 2, 4, 8) if n <= top]
+    fig.add_trace(go.Scatter(x=ideal, y=ideal, mode="lines", line={"dash": "dot", "color": "grey"},
+                             name="ideal (n x)"))
+    fig.update_layout(title="Decode speed-up over one GPU" if what == "decode"
+                      else "TP MLP speed-up over one GPU",
+                      xaxis={"title": "GPUs (tensor parallel)", "type": "log", "tickvals": ideal},
+                      yaxis={"title": "speed-up"}, height=400)
+    return fig
+
+
+def tokens_table(records: Mapping[str, Mapping[str, Any]]) -> go.Figure:
+    """A gpt-fast style table: tokens/s of batch-1 decode per model and number of GPUs."""
+    rows = []
+    for label, rec in records.items():
+        for r in _decode_rows(rec):
+            rows.append((r["model"], r["tp"], label, r["tokens_per_s"], r.get("speedup"),
+                         r.get("mode", ""), r.get("fp32_tokens_identical")))
+    rows.sort()
+    cols = list(zip(*rows)) if rows else [[]] * 7
+    fmt = [list(cols[0]), list(cols[1]), list(cols[2]), [f"{v:,.1f}" for v in cols[3]],
+           [f"{v:.2f}x" if v else "" for v in cols[4]], list(cols[5]),
+           ["yes" if v else ("no" if v is False else "") for v in cols[6]]]
+    fig = go.Figure(go.Table(
+        header={"values": ["model", "GPUs", "machine", "tokens/s", "speed-up", "mode",
+                           "same greedy tokens (fp32)"]},
+        cells={"values": fmt}))
+    fig.update_layout(title="Batch-1 decode: tokens/s against the number of GPUs",
+                      height=120 + 28 * max(1, len(rows)), margin={"t": 40, "b": 10})
+    return fig
+
+
+def bar_figure(values: Mapping[str, float], *, title: str, yaxis: str, log: bool = False) -> go.Figure:
+    """A plain bar chart (errors per check, tokens per expert, blocks per rank)."""
+    fig = go.Figure(go.Bar(x=list(values), y=list(values.values())))
+    fig.update_layout(title=title, yaxis={"title": yaxis, "type": "log" if log else "linear"},
+                      height=350)
+    return fig

@@ -1,0 +1,477 @@
+# %% [markdown]
+# # 09 · Parallelism: data, tensor, pipeline, expert and context
+#
+# One GPU eventually runs out: of memory (a 70B model's bf16 weights alone are 140 GB), of
+# bandwidth (a decode step must read every weight once), or of time (training on one GPU would
+# take years). Parallelism splits the work over several GPUs, and each way of splitting it pays in
+# communication. This notebook builds the five kinds used today (data, tensor, pipeline, expert
+# and context parallelism), each one checked against the single-process computation it replaces,
+# runs them on real processes that talk through `torch.distributed`, and measures what the
+# communication costs.
+#
+# {{BADGES}}
+#
+# **What you will learn**
+# - how to start N processes from a notebook and make them a process group (gloo on CPU, NCCL on
+#   GPUs);
+# - the collectives (all-reduce, all-gather, reduce-scatter, all-to-all), their alpha-beta cost and
+#   the *bus bandwidth* convention of nccl-tests;
+# - data parallelism as one gradient all-reduce, equal to `DistributedDataParallel`;
+# - tensor parallelism: column- and row-parallel linears, communication ops named after what they
+#   do in the forward and the backward pass, a TP MLP and TP attention with grouped-query heads,
+#   and the course model decoding with TP;
+# - pipeline parallelism with GPipe and 1F1B schedules, and the bubble (p-1)/(m+p-1);
+# - expert parallelism (all-to-all dispatch and combine) and context parallelism (ring attention);
+# - when TP pays off, and the memory per GPU of a 70B model at TP 1, 2, 4 and 8.
+
+# %%
+{{SETUP}}
+
+# %% [markdown]
+# ## Parameters
+# The correctness demos run on `WORLD` CPU processes talking through gloo, on every machine. The
+# speed measurements (`course-kit bench parallel`) use NCCL with one GPU per process where there are
+# GPUs, and small gloo groups on a CPU. `COURSE_KIT_SMOKE=1` (CI) picks the smallest sizes.
+
+# %% {"tags": ["parameters"]}
+P = device.defaults()
+WORLD = 2                                    # CPU processes for the correctness demos
+BENCH_SIZE = P["size"]                       # sizes of the measured run (smoke, cpu, small_gpu, full)
+BENCH_MODELS = ["llama-1b"] if P["device"] == "cuda" else ["tiny"]   # decode models measured live
+PP_MICRO = [1, 2, 4, 8] if not P["smoke"] else [1, 4]                 # micro-batches for the bubble
+
+# %%
+import torch
+
+from course_kit import bench, grading, notebook, reference
+from course_kit.benchmarks import parallel as bench_parallel
+from course_kit.notebook import md, show_source
+from course_kit.parallel import comm, context, data, expert, launcher, pipeline, tensor, tp_llama
+from course_kit.plots import parallel as pplots
+from course_kit.widgets.parallel import TPTradeoff
+
+P
+
+# %% [markdown]
+# ## 1. Starting processes from a notebook
+#
+# `launch(fn, n)` starts `n` processes, joins them into one *process group* and calls
+# `fn(rank, world_size)` on each, returning every rank's result (or raising with every failed
+# rank's traceback). The processes are forked from a server that imported torch once, and they
+# stay alive between calls, so later cells do not pay the start-up again. Each rank is an ordinary
+# Python process: it sees only its own tensors, and data moves between ranks only through
+# collectives such as `dist.all_reduce`.
+
+# %%
+show_source(launcher._worker)
+
+# %% [markdown]
+# A function defined in a notebook cell cannot be imported by the workers, so `launch` sends its
+# source text instead (it must be self-contained; `torch` and `dist` are predefined there). Each
+# rank contributes `rank + 1`; the all-reduce leaves the sum on every rank.
+
+# %%
+def hello(rank, world_size):
+    x = torch.tensor([float(rank + 1)])
+    dist.all_reduce(x)                       # sum over the ranks, result on every rank
+    return {"rank": rank, "world_size": world_size, "sum": x.item()}
+
+
+answers = launcher.launch(hello, WORLD, backend="gloo")
+answers
+
+# %%
+md(f"{len(answers)} processes answered; each holds the sum **{answers[0]['sum']:g}** "
+   f"= 1 + ... + {WORLD} after one all-reduce.")
+
+# %% [markdown]
+# ## 2. What communication costs: the alpha-beta model
+#
+# A collective over `n` ranks on a ring takes steps; each step pays a latency `alpha` and moves a
+# slice of the message at the link's bandwidth (`beta` seconds per byte). For a buffer of `N`
+# bytes:
+#
+# | collective | time |
+# |---|---|
+# | all-reduce | 2(n-1) alpha + 2(n-1)/n N beta |
+# | all-gather, reduce-scatter | (n-1) alpha + (n-1)/n N beta |
+# | all-to-all | (n-1) alpha + (n-1)/n N beta |
+#
+# All-reduce is a reduce-scatter followed by an all-gather. nccl-tests report the *algorithm
+# bandwidth* N / time and the *bus bandwidth* = algbw x 2(n-1)/n for all-reduce ((n-1)/n for the
+# others): the rate each link really carries, comparable with the hardware's peak for any n.
+
+# %%
+show_source(comm.collective_time)
+
+# %% [markdown]
+# The measured run below (`course-kit bench parallel`, the same code the reference was recorded
+# with) measures the collectives, the TP MLP, TP decode and the pipeline on this machine: NCCL
+# over the GPUs here, or small gloo groups on a CPU.
+
+# %%
+own = bench.run_topic("parallel", {"size": BENCH_SIZE, "models": BENCH_MODELS, "pp_m": PP_MICRO})
+ref2 = reference.load("parallel", "h200x2")
+scaling = {slug: reference.load("parallel", slug) for slug in ("h200x4", "h200x8")}
+scaling = {k: v for k, v in scaling.items() if v is not None}
+own_label = f"this machine ({own['environment']['gpu'] or 'CPU'}, {own['summary']['backend']})"
+{k: v for k, v in own["summary"].items() if not k.startswith("decode_tokens_per_s")}
+
+# %%
+series = {own_label: [r for r in own["results"] if r["name"] == "all_reduce"]}
+if ref2 is not None:
+    series["2x H200 (reference)"] = [r for r in ref2["results"] if r["name"] == "all_reduce"]
+for slug, rec in scaling.items():
+    series[f"{slug} (reference)"] = [r for r in rec["results"] if r["name"] == "all_reduce"]
+fit = None
+rows = [r for r in series.get("2x H200 (reference)", series[own_label]) if r.get("n") == 2]
+if len(rows) >= 3:
+    alpha, bw = comm.fit_alpha_beta([r["bytes"] for r in rows], [r["median_s"] for r in rows],
+                                    "all_reduce", 2)
+    if 0 < bw < float("inf"):
+        fit = {"alpha_s": alpha, "bandwidth_Bps": bw, "n": 2}
+pplots.busbw_figure(series, model=fit)
+
+# %%
+if ref2 is None:
+    notebook.banner("No 2-GPU reference record yet (<code>data/reference/h200x2/parallel.json</code>); "
+                    "run <code>course-kit bench parallel</code> on two GPUs to create it. The figure shows "
+                    "this machine only.", "warning")
+text = []
+for label, rows in series.items():
+    big = max(rows, key=lambda r: (r["n"], r["bytes"]), default=None)
+    if big:
+        size = f"{big['bytes'] / 2**20:,.0f} MiB" if big["bytes"] >= 2**20 else f"{big['bytes'] / 2**10:,.0f} KiB"
+        text.append(f"- {label}: **{big['busbw_GBps']:,.2f} GB/s** bus bandwidth for an all-reduce of "
+                    f"{size} over {big['n']} ranks")
+if fit:
+    text.append(f"- alpha-beta fit: alpha = **{fit['alpha_s'] * 1e6:.1f} µs** per step, link bandwidth "
+                f"**{fit['bandwidth_Bps'] / 1e9:,.1f} GB/s**")
+md("Small messages are latency-bound (the flat left part), large ones bandwidth-bound:\n" + "\n".join(text))
+
+# %% [markdown]
+# ## 3. Data parallelism: one all-reduce of the gradients
+#
+# Every rank holds the whole model and a slice of the batch. After the backward pass the ranks'
+# gradients differ; averaging them with an all-reduce gives every rank the gradient of the whole
+# batch, so the optimizer steps keep the replicas identical. `DistributedDataParallel` does exactly
+# this, with gradients packed into buckets whose all-reduce overlaps the rest of the backward pass.
+
+# %%
+show_source(data.allreduce_gradients)
+
+# %%
+dp = launcher.launch(data.check_dp, WORLD, backend="gloo")
+md(f"After two SGD steps on {WORLD} ranks, the largest relative difference between the hand-written "
+   f"all-reduce and `DistributedDataParallel` is **{max(r['hand_vs_ddp'] for r in dp):.1e}**, between "
+   f"bucketed and per-tensor all-reduce **{max(r['bucketed_vs_hand'] for r in dp):.1e}**, and against "
+   f"one process training on the whole batch **{max(r['hand_vs_single_process'] for r in dp):.1e}** "
+   f"(float32 sums in another order).")
+
+# %% [markdown]
+# ## 4. Tensor parallelism
+#
+# A linear layer `y = x W^T` can be cut two ways over `n` ranks:
+# - **column parallel**: each rank keeps `out/n` rows of `W` and computes a slice of `y`'s features
+#   from the whole `x`;
+# - **row parallel**: each rank keeps `in/n` columns of `W`, multiplies its slice of `x`'s features
+#   and the partial products are summed by an all-reduce.
+#
+# Column then row (the Megatron-LM MLP) needs no communication in between, and one all-reduce at
+# the end. In the backward pass the roles swap, which is why the communication ops are named after
+# both passes (as in Megatron-LM and picotron):
+#
+# | op | forward | backward |
+# |---|---|---|
+# | `copy_to_tp_region` | identity | all-reduce |
+# | `reduce_from_tp_region` | all-reduce | identity |
+# | `gather_from_tp_region` | all-gather | split |
+# | `split_to_tp_region` | split | all-gather |
+
+# %%
+show_source(comm._ReduceFromTP)
+show_source(tensor.RowParallelLinear)
+
+# %%
+show_source(tensor.TPSwiGLU)
+
+# %% [markdown]
+# Attention splits over heads: `q`, `k` and `v` are column parallel with whole heads per rank, the
+# output projection row parallel. With grouped-query attention a rank needs only the K/V heads its
+# query heads read; with fewer K/V heads than ranks, each K/V head is replicated on the ranks that
+# share it.
+
+# %%
+show_source(tensor.kv_heads_of_rank)
+
+# %%
+{f"TP={n}": [list(tensor.kv_heads_of_rank(32, 8, r, n)) for r in range(n)] for n in (1, 2, 4, 8, 16)}
+
+# %%
+tp = {kv: launcher.launch(tensor.check_tp, WORLD, n_kv_heads=kv, backend="gloo") for kv in (2, 1)}
+errors = {k: max(r[k] for r in tp[2]) for k in tp[2][0]}
+pplots.bar_figure({k: max(v, 1e-12) for k, v in errors.items()}, log=True,
+                  title=f"TP on {WORLD} ranks against the unsharded modules (max relative error)",
+                  yaxis="relative error")
+
+# %%
+worst = max(max(r.values()) for runs in tp.values() for r in runs)
+md(f"Outputs, input gradients and every shard's weight gradients of the column/row linears, the TP "
+   f"MLP and TP attention (8 query heads, 2 K/V heads, and 1 K/V head replicated) match the "
+   f"unsharded modules to a relative **{worst:.1e}**.")
+
+# %% [markdown]
+# ### The course model with tensor parallelism
+#
+# `shard_llama` cuts the course model (`course_kit.models.llama`) the same way and returns the same
+# class of model with a smaller config, so its own `prefill`, `decode` and `generate` run unchanged
+# on each shard. Two all-reduces per layer (after attention and after the MLP) and an all-gather of
+# the vocabulary slices of the logits are all the communication.
+
+# %%
+show_source(tp_llama.shard_llama)
+
+# %%
+tpm = launcher.launch(tp_llama.check_tp_llama, WORLD, new_tokens=8, backend="gloo")
+md(f"Greedy tokens of the sharded model on {WORLD} ranks equal the unsharded model's: "
+   f"**{all(r['tokens_equal'] for r in tpm)}** (logits within **{max(r['logits_err'] for r in tpm):.1e}**"
+   f" relative).")
+
+# %% [markdown]
+# ### Does TP make it faster?
+#
+# The MLP of a 70B-class layer (hidden 8192, FFN 28672, 4096 tokens) is compute-bound: halving its
+# matmuls per GPU nearly halves its time, and one all-reduce of 64 MB is small beside it. A decode
+# step at batch 1 is the opposite: it is bound by reading the weights, which TP divides, but every
+# layer adds two all-reduces of a few KB whose *latency* does not shrink. Eager PyTorch adds the
+# launch cost of every kernel on every GPU, so TP decode needs the step captured in a CUDA graph
+# (notebook 05) to gain anything.
+
+# %%
+def speed_rows(rec, label):
+    out = []
+    for r in rec["results"]:
+        if r["name"] == "tp_mlp":
+            out.append({"machine": label, "what": "MLP", "GPUs / ranks": r["tp"],
+                        "time (ms)": r["median_s"] * 1e3, "speed-up": r.get("speedup")})
+        if r["name"] == "decode":
+            out.append({"machine": label, "what": f"decode {r['model']} ({r['mode']})",
+                        "GPUs / ranks": r["tp"], "time (ms)": r["s_per_token"] * 1e3,
+                        "speed-up": r.get("speedup")})
+    return out
+
+
+table = speed_rows(own, own_label) + (speed_rows(ref2, "2x H200 (reference)") if ref2 else [])
+table
+
+# %%
+notebook.gpu_only("parallel", slug="h200x2")     # on a CPU: the banner naming the recorded run
+src = ref2 if ref2 is not None else (own if P["device"] == "cuda" else None)
+if src is None or 2 not in src["summary"]["world_sizes"]:
+    md("No two-GPU record is available here, so there is no GPU speed-up to show; the table above "
+       "holds this machine's own figures.")
+else:
+    s = src["summary"]
+    model = next(r["model"] for r in src["results"] if r["name"] == "decode")
+    md(f"On {src['environment']['gpu']} x{src['environment']['gpu_count']}: the TP=2 MLP runs "
+       f"**{s['mlp_speedup_tp2']:.2f}x** faster than one GPU (the target is {bench_parallel.MLP_TARGET}x); "
+       f"TP=2 decode of the {model} shape runs at **{s[f'decode_speedup_{model}_tp2']:.2f}x** one GPU's "
+       f"speed, and its greedy tokens equal one GPU's (float32 check): "
+       f"**{s[f'decode_tokens_identical_{model}_tp2']}**.")
+
+# %% [markdown]
+# ### Scaling to 4 and 8 GPUs
+#
+# With more GPUs the weights per GPU keep shrinking but the all-reduces do not, so decode speed-up
+# flattens; a larger model (the Llama 3 8B shape) has more work per all-reduce and scales further.
+# These curves come from records made on 4- and 8-GPU machines, next to a gpt-fast style table.
+
+# %%
+curves = dict(scaling)
+if ref2 is not None:
+    curves["h200x2"] = ref2
+if P["device"] == "cuda":
+    curves["this machine"] = own
+if any(k in scaling for k in ("h200x4", "h200x8")):
+    display(pplots.scaling_figure(curves, what="decode"))
+    display(pplots.scaling_figure(curves, what="mlp"))
+else:
+    notebook.banner("No 4- or 8-GPU records exist (<code>data/reference/h200x4</code>, "
+                    "<code>h200x8</code>): they need a machine with 4 or 8 GPUs, which may never be "
+                    "available to this course. Only the machines below are shown.", "warning")
+pplots.tokens_table(curves if curves else {own_label: own})
+
+# %% [markdown]
+# ## 5. Pipeline parallelism
+#
+# Consecutive layers live on consecutive ranks; a batch is cut into `m` micro-batches that flow
+# through the stages. While the pipeline fills and drains, ranks wait: with `p` stages and
+# forward and backward steps of equal length, the idle *bubble* is (p-1)/(m+p-1) of the time.
+# - **GPipe** runs all forwards, then all backwards: each rank keeps `m` micro-batches of
+#   activations.
+# - **1F1B** alternates one forward and one backward after a short warm-up: the same bubble, but rank
+#   `r` keeps at most `p-r` micro-batches of activations.
+
+# %%
+show_source(pipeline.schedule)
+
+# %%
+sim = {k: pipeline.simulate(k, 4, 8) for k in pipeline.SCHEDULES}
+for k, ev in sim.items():
+    display(pplots.timeline_figure(ev, title=f"{k}, p=4 stages, m=8 (simulated, backward = 2 x forward)",
+                                   unit="steps"))
+md(f"Simulated with exact step costs, both schedules idle **{pipeline.bubble_of(sim['gpipe']):.1%}** of "
+   f"the time = (4-1)/(8+4-1) = {pipeline.bubble_theory(4, 8):.1%}. Peak micro-batches of activations "
+   f"held per rank: GPipe {[pipeline.peak_in_flight(sim['gpipe'], r) for r in range(4)]}, "
+   f"1F1B {[pipeline.peak_in_flight(sim['1f1b'], r) for r in range(4)]}.")
+
+# %% [markdown]
+# The real pipeline (`run_pipeline`) sends activations forward and gradients backward with
+# point-to-point messages, paired the way Megatron-LM pairs them so that two neighbours never wait
+# on each other. Its loss and every stage's gradients equal one process running the whole model:
+
+# %%
+show_source(pipeline._P2P)
+
+# %%
+pp = launcher.launch(pipeline.check_pp, WORLD, n_layers=4, m=4, backend="gloo")
+md(f"GPipe and 1F1B on {WORLD} stages: loss within **{pp[-1]['gpipe_loss']:.1e}** / "
+   f"**{pp[-1]['1f1b_loss']:.1e}**, gradients within "
+   f"**{max(max(r['gpipe_grads'], r['1f1b_grads']) for r in pp):.1e}** of one process.")
+
+# %%
+pp_rows = [r for r in own["results"] if r["name"] == "pipeline"]
+if ref2 is not None:
+    ref_pp = [r for r in ref2["results"] if r["name"] == "pipeline"]
+    display(pplots.bubble_figure(ref_pp, 2, title="Bubble on 2x H200 (reference) against (p-1)/(m+p-1)"))
+    key = max(ref2.get("timelines", {}), key=lambda k: ("1f1b" in k, int(k.split("_m")[-1])), default=None)
+    if key:
+        display(pplots.timeline_figure(ref2["timelines"][key], title=f"2x H200 (reference): {key}", unit="ms"))
+if pp_rows:
+    display(pplots.bubble_figure(pp_rows, 2, title=f"Bubble on this machine ({own_label})"))
+    key = sorted(own.get("timelines", {}))[-1]
+    display(pplots.timeline_figure(own["timelines"][key], title=f"This machine: {key}", unit="ms"))
+    md("On a shared CPU the measured bubble sits above the formula: the ranks' steps are not equal and "
+       "sending costs time. " + (f"On the reference GPUs, at m={max(r['m'] for r in ref_pp)}: measured "
+       f"{[r['bubble'] for r in ref_pp if r['m'] == max(x['m'] for x in ref_pp)][0]:.1%} against "
+       f"{pipeline.bubble_theory(2, max(r['m'] for r in ref_pp)):.1%}." if ref2 is not None else ""))
+
+# %% [markdown]
+# ## 6. Expert parallelism
+#
+# A mixture-of-experts layer sends each token to its top-k experts (out of E) and sums their
+# outputs, weighted by the router. With expert parallelism rank `r` holds E/n experts and its own
+# tokens; an **all-to-all** sends every (token, expert) pair to the rank holding the expert
+# (dispatch), and a second all-to-all brings the results back (combine). The number of rows each
+# rank receives changes every step, so the ranks first exchange their counts.
+
+# %%
+show_source(expert.EPMoE.forward)
+
+# %%
+ep = launcher.launch(expert.check_ep, WORLD, n_experts=8, top_k=2, backend="gloo")
+load = ep[0].pop("tokens_per_expert")
+for r in ep[1:]:
+    r.pop("tokens_per_expert")
+display(pplots.bar_figure({f"expert {i} (rank {i // (8 // WORLD)})": v for i, v in enumerate(load)},
+                          title="Tokens routed to each expert (top-2 of 8)", yaxis="tokens"))
+md(f"Outputs and gradients (input, router, experts) equal the single-process MoE to "
+   f"**{max(max(r.values()) for r in ep):.1e}** relative. Routing is uneven: the busiest expert got "
+   f"**{max(load)}** tokens and the idlest **{min(load)}**; real systems add a load-balancing loss "
+   f"and a capacity limit.")
+
+# %% [markdown]
+# ## 7. Context parallelism: ring attention
+#
+# For very long sequences even one layer's activations do not fit. Context parallelism cuts the
+# *sequence*: rank `r` holds chunk `r` of the queries, keys and values. Its queries must see every
+# chunk's keys and values, so the K/V blocks travel around a ring while each rank attends to the
+# block it holds, merging the partial results exactly with the online softmax of flash attention
+# (notebook 08).
+
+# %%
+show_source(context.ring_attention)
+
+# %%
+cp = launcher.launch(context.check_cp, WORLD, backend="gloo")
+md(f"Ring attention on {WORLD} ranks equals attention over the full sequence to "
+   f"**{max(r['full'] for r in cp):.1e}** (no mask) and **{max(r['causal'] for r in cp):.1e}** (causal). "
+   f"With a causal mask the ranks do unequal work: K/V blocks computed per rank "
+   f"{[r['causal_blocks'] for r in cp]}, which is why real systems reorder the chunks (zigzag).")
+
+# %% [markdown]
+# ## 8. When does TP pay? Memory per GPU and time per token
+#
+# A 70B model does not fit one GPU with room for a KV cache; TP divides its weights and cache. But
+# each decode step's two all-reduces per layer do not shrink with TP. The widget combines
+# `course_kit.memory` (bytes per GPU) with the alpha-beta model (time per step) for TP 1, 2, 4 and 8;
+# its link defaults come from the measured fit when one exists.
+
+# %%
+show_source(comm.tp_decode_step)
+
+# %%
+kw = {}
+if fit is not None and (ref2 is not None or own["summary"]["backend"] == "nccl"):
+    kw = {"alpha_us": min(max(fit["alpha_s"] * 1e6, 1.0), 100.0),
+          "busbw_GBps": min(max(fit["bandwidth_Bps"] / 1e9, 1.0), 1000.0)}
+explorer = TPTradeoff(model="70b", seq=8192, batch=1, **kw)
+explorer
+
+# %%
+res = explorer.result
+md("For Llama-2-70B with an 8k context at batch 1: " + "; ".join(
+    f"{k}: {sum(res['memory'][k].values()) / 1e9:,.1f} GB per GPU, {res['time'][k]['total_s'] * 1e3:.1f} ms "
+    f"per step ({res['time'][k]['all_reduce_s'] / res['time'][k]['total_s']:.0%} all-reduce)"
+    for k in res["memory"]) + ". Move the sliders: a larger batch or a faster link makes high TP pay.")
+
+# %% [markdown]
+# ## Exercise: the forward pass of a row-parallel linear
+#
+# Write `row_parallel_forward(x_shard, weight_shard, bias)`. Each rank gets its slice of the input
+# features `x_shard` (shape `[..., in/n]`), the matching columns of the weight `weight_shard`
+# (`[out, in/n]`) and the full `bias` (`[out]`, or `None`). Return the full `y = x W^T + b` on
+# every rank. The check runs your function on two gloo processes against the unsharded linear.
+# (`torch` and `dist` are available inside the function.)
+
+# %% {"course_kit": {"exercise": "09.row_parallel", "role": "solution", "points": 2}}
+def row_parallel_forward(x_shard, weight_shard, bias=None):
+    ### BEGIN SOLUTION
+    y = x_shard @ weight_shard.t()       # this rank's partial product
+    dist.all_reduce(y)                   # sum the partial products over the ranks
+    if bias is not None:
+        y = y + bias                     # once, after the sum
+    return y
+    ### END SOLUTION
+
+# %% {"course_kit": {"exercise": "09.row_parallel", "role": "check"}}
+grading.check("09.row_parallel", row_parallel_forward)
+
+# %% [markdown]
+# ## Summary
+# - Data parallelism replicates the model and all-reduces gradients: equal to DDP, one all-reduce
+#   per bucket.
+# - Tensor parallelism splits matrices: column then row parallel needs one all-reduce per MLP and one
+#   per attention; the communication ops are transposes of each other in the backward pass. It pays
+#   for compute-bound work and, at batch 1, only once kernel launches are gone (CUDA graphs) and the
+#   all-reduce latency is small beside the weight reads.
+# - Pipeline parallelism splits layers; its bubble is (p-1)/(m+p-1), and 1F1B holds fewer
+#   activations than GPipe for the same bubble.
+# - Expert parallelism moves tokens to experts with two all-to-alls; context parallelism moves K/V
+#   blocks around a ring and merges with the online softmax.
+# - The alpha-beta model and bus bandwidth say what each collective costs on the link at hand.
+#
+# **Further reading**
+# - M. Shoeybi et al., *Megatron-LM: Training Multi-Billion Parameter Language Models Using Model
+#   Parallelism* (2019); D. Narayanan et al., *Efficient Large-Scale Language Model Training on GPU
+#   Clusters Using Megatron-LM* (SC 2021), for 1F1B and interleaving.
+# - Y. Huang et al., *GPipe: Efficient Training of Giant Neural Networks using Pipeline Parallelism*
+#   (NeurIPS 2019).
+# - S. Li et al., *PyTorch Distributed: Experiences on Accelerating Data Parallel Training* (VLDB 2020).
+# - D. Lepikhin et al., *GShard* (2020) and W. Fedus et al., *Switch Transformers* (2021), for MoE.
+# - H. Liu et al., *Ring Attention with Blockwise Transformers for Near-Infinite Context* (2023).
+# - NVIDIA, *nccl-tests* `doc/PERFORMANCE.md`, for algorithm and bus bandwidth.
+# - Hugging Face *picotron* and PyTorch's *gpt-fast*, for compact TP code and tokens/s tables.
+#
+# **Next:** `10_capstone.ipynb` puts the course engine together and measures it against HF
+# transformers on one workload.

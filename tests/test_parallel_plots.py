@@ -1,0 +1,59 @@
+"""Figures, the TP trade-off widget and the decode-step model (one process, no ranks)."""
+import plotly.graph_objects as go
+import pytest
+
+from course_kit import memory
+from course_kit.parallel import comm, pipeline
+from course_kit.plots import parallel as pplots
+from course_kit.widgets.parallel import TPTradeoff, tradeoff
+
+
+def _record():
+    rows = [{"name": "all_reduce", "op": "all_reduce", "n": 2, "bytes": b, "median_s": 1e-5 + b / 3e11,
+             "busbw_GBps": b / (1e-5 + b / 3e11) / 1e9} for b in (1 << 10, 1 << 20, 1 << 28)]
+    rows += [{"name": "tp_mlp", "tp": t, "median_s": 8e-3 / t, "speedup": float(t)} for t in (1, 2)]
+    rows += [{"name": "decode", "model": "llama-1b", "tp": t, "tokens_per_s": 900.0 * t ** 0.5,
+              "s_per_token": 1 / (900.0 * t ** 0.5), "speedup": t ** 0.5, "mode": "cuda_graph",
+              "fp32_tokens_identical": True} for t in (1, 2)]
+    rows += [{"name": "pipeline", "schedule": k, "p": 2, "m": m, "bubble": 0.4, "theory": 1 / (m + 1)}
+             for k in pipeline.SCHEDULES for m in (1, 4)]
+    return {"results": rows, "summary": {"world_sizes": [1, 2]}}
+
+
+def test_figures_from_a_record():
+    rec = _record()
+    fig = pplots.busbw_figure({"x": rec["results"]}, model={"alpha_s": 1e-5, "bandwidth_Bps": 3e11, "n": 2})
+    assert len(fig.data) == 2 and fig.layout.xaxis.type == "log"
+    assert isinstance(pplots.scaling_figure({"a": rec}), go.Figure)
+    mlp = pplots.scaling_figure({"a": rec}, what="mlp")
+    assert list(mlp.data[0].y) == [1.0, 2.0]
+    table = pplots.tokens_table({"a": rec})
+    assert list(table.data[0].cells.values[1]) == [1, 2]
+    assert len(pplots.bubble_figure(rec["results"], 2).data) == 3
+
+
+def test_timeline_has_one_box_per_step():
+    ev = pipeline.simulate("1f1b", 2, 4)
+    fig = pplots.timeline_figure(ev, unit="steps")
+    assert len(fig.data) == 16 and "bubble 20%" in fig.layout.title.text
+
+
+def test_tp_decode_step_model():
+    one = comm.tp_decode_step(140e9, 8192, 80, 1)
+    two = comm.tp_decode_step(140e9, 8192, 80, 2, alpha_s=0.0, bandwidth_Bps=float("inf"))
+    assert one["all_reduce_s"] == 0 and two["weights_s"] == pytest.approx(one["weights_s"] / 2)
+    eight = comm.tp_decode_step(140e9, 8192, 80, 8, alpha_s=1e-5)
+    assert eight["all_reduce_s"] == pytest.approx(2 * 80 * comm.collective_time(
+        "all_reduce", 8192 * 2, 8, 1e-5, 350e9))
+
+
+def test_widget_uses_course_kit_memory():
+    w = TPTradeoff(model="70b", seq=8192)
+    want = sum(memory.per_gpu_bytes("70b", 4, seq=8192, batch=1).values())
+    assert sum(w.result["memory"]["TP=4"].values()) == pytest.approx(want)
+    before = w.result["time"]["TP=8"]["all_reduce_s"]
+    w.alpha.value = 50.0          # a slower link: the callback recomputes
+    assert w.result["time"]["TP=8"]["all_reduce_s"] > before
+    assert "TP=8" in w.text.value and set(w.figures) == {"memory", "time"}
+    with pytest.raises(ValueError, match="model"):
+        tradeoff("13b")
