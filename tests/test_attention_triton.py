@@ -73,6 +73,8 @@ def test_errors_name_the_bad_value():
     q = torch.randn(1, 2, 8, 32)
     with pytest.raises(ValueError, match="dtype must be one of"):
         flash_attention(q, q, q)
+    with pytest.raises(ValueError, match="scale must be > 0"):
+        flash_attention(q.half(), q.half(), q.half(), scale=-1.0)
     with pytest.raises(ValueError, match="loader must be one of"):
         flash_attention(q.half(), q.half(), q.half(), loader="tma")
     with pytest.raises(ValueError, match="multiple of key/value heads"):

@@ -40,6 +40,21 @@ def interpreting() -> bool:
 HAS_DESCRIPTORS = hasattr(tl, "make_tensor_descriptor")
 
 
+if HAS_DESCRIPTORS:
+    @triton.jit
+    def _tensor_desc(base, rows, row_stride, BLOCK_R: tl.constexpr, HEAD_DIM: tl.constexpr):
+        """A [rows, HEAD_DIM] TMA descriptor that loads [BLOCK_R, HEAD_DIM] tiles."""
+        return tl.make_tensor_descriptor(base, shape=[rows, HEAD_DIM], strides=[row_stride, 1],
+                                         block_shape=[BLOCK_R, HEAD_DIM])
+else:
+    @triton.jit
+    def _tensor_desc(base, rows, row_stride, BLOCK_R: tl.constexpr, HEAD_DIM: tl.constexpr):
+        # Older Tritons scan every attribute a kernel names, even in branches that are never
+        # compiled, so `tl.make_tensor_descriptor` must not appear in their kernels at all. This
+        # stand-in is never traced: the descriptor loader is refused before any launch.
+        return base
+
+
 @triton.jit
 def _mma(a, b, acc, DOT_F32: tl.constexpr):
     """acc + a @ b with float32 accumulation on the tensor cores.
@@ -142,12 +157,9 @@ def _flash_fwd_kernel(Q, K, V, O, LSE,
     if USE_DESC:
         # Descriptors per (batch, head) with the true sequence length as their shape: TMA then
         # zero-fills rows past the end, so ragged lengths need no masks on the loads.
-        q_desc = tl.make_tensor_descriptor(q_base, shape=[seq_q, HEAD_DIM], strides=[stride_qs, 1],
-                                           block_shape=[BLOCK_M, HEAD_DIM])
-        k_desc = tl.make_tensor_descriptor(k_base, shape=[seq_k, HEAD_DIM], strides=[stride_ks, 1],
-                                           block_shape=[BLOCK_N, HEAD_DIM])
-        v_desc = tl.make_tensor_descriptor(v_base, shape=[seq_k, HEAD_DIM], strides=[stride_vs, 1],
-                                           block_shape=[BLOCK_N, HEAD_DIM])
+        q_desc = _tensor_desc(q_base, seq_q, stride_qs, BLOCK_M, HEAD_DIM)
+        k_desc = _tensor_desc(k_base, seq_k, stride_ks, BLOCK_N, HEAD_DIM)
+        v_desc = _tensor_desc(v_base, seq_k, stride_vs, BLOCK_N, HEAD_DIM)
         q = q_desc.load([start_m * BLOCK_M, 0])
     else:
         k_desc = K        # unused placeholders so both variants call the helper the same way
@@ -285,6 +297,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     batch, n_q_heads, seq_q, head_dim = q.shape
     seq_k = k.shape[2]
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+    if not scale > 0:   # the kernel takes row maxima of unscaled scores, valid for a positive scale only
+        raise ValueError(f"scale must be > 0; got {scale}")
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty((batch, n_q_heads, seq_q), dtype=torch.float32, device=q.device)
 
