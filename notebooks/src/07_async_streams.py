@@ -277,7 +277,7 @@ show_source(AsyncEngine._fill_rows)
 show_source(AsyncEngine._device_step)
 
 # %%
-dtype = torch.bfloat16 if ON_GPU else torch.float32
+dtype = P["dtype"]   # bf16 where the GPU has bf16 units, fp16 on a T4, fp32 on a CPU
 model = llama.Transformer.from_preset(ENGINE_MODEL, seed=0, dtype=dtype, device=P["device"])
 g = torch.Generator().manual_seed(0)
 prompts = [torch.randint(0, model.config.vocab_size, (int(n),), generator=g).tolist()
