@@ -15,6 +15,7 @@ import time
 import torch
 
 from .. import bench
+from .. import device as _device
 from ..compile_modes import GPU_MODES, check_mode, compile_with_mode, fresh_caches, graph_report
 from ..compile_modes.kernels import profile_launches
 from ..compile_modes.workloads import decode_reference, decode_setup, make_train_step, train_setup
@@ -57,7 +58,8 @@ def measure_decode(modes: list[str], device: str, spec: dict, repeat: int,
     """Per mode: correctness against eager over 16 positions, compile and steady time, launches.
     spec: {"preset": ..., field overrides}. Returns (rows, graph report of the step)."""
     spec = dict(spec)
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    # bf16 where the GPU has bf16 tensor cores, fp16 on older ones (a T4), fp32 on a CPU.
+    dtype = _device.capabilities().preferred_dtype() if device == "cuda" else torch.float32
     preset = spec.pop("preset")
     step, inputs = decode_setup(preset, device=device, dtype=dtype, **spec)
     ref = decode_reference(step, inputs)

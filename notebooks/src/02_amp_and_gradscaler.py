@@ -192,7 +192,7 @@ t = {m: r.median_step_s() for m, r in runs.items()}
 zero = {m: 100 * sum(r.zero_grads) / len(r.zero_grads) for m, r in runs.items()}
 notes = [f"- `{m}`: {amp.note(m, DEVICE)}" for m in runs if amp.note(m, DEVICE)]
 md(f"On this {DEVICE}: bf16 autocast ran a step in {t['bf16'] * 1e3:.1f} ms against {t['fp32'] * 1e3:.1f} ms "
-   f"for strict fp32 ({t['fp32'] / t['bf16']:.2f}x); autocast kept "
+   f"for strict fp32 (a speed-up of {t['fp32'] / t['bf16']:.2f}x); autocast kept "
    f"{runs['bf16'].saved_bytes / runs['fp32'].saved_bytes:.2f}x the bytes for backward that fp32 kept. "
    f"Without scaling, fp16 left on average **{zero['fp16_noscale']:.3f}%** of the gradient entries exactly "
    f"zero; with the scaler, {zero['fp16_scaler']:.3f}% (fp32: {zero['fp32']:.3f}%). Final losses: " +

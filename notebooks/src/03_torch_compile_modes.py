@@ -187,6 +187,24 @@ md(f"Over {len(shapes)} different batch sizes: static shapes compiled **{c['stat
 #   TinyGPT on 8 x 1024 tokens.
 # Every mode is checked against eager first (decode logits over 16 positions, first-step loss).
 
+# %% [markdown]
+# On a GPU, first a small version on this machine: a 4-layer, width-256 decode step in eager,
+# default and reduce-overhead (on a CPU this cell does nothing).
+
+# %%
+own_rows = []
+if torch.cuda.is_available():
+    from course_kit.benchmarks.compile import measure_decode
+    own_rows, _ = measure_decode(["eager", "default", "reduce-overhead"], "cuda",
+                                 dict(preset="smoke", d_model=256, n_heads=4, n_layers=4, vocab=8192, seq_len=256),
+                                 repeat=REPEAT)
+    e_own = next(r for r in own_rows if r["mode"] == "eager")
+    for r in own_rows:
+        r["speedup_vs_eager"] = e_own["steady_s"] / r["steady_s"]
+        r["name"] = f"this GPU: {r['name']}"
+    assert all(r["correct"] for r in own_rows), "a compiled decode step disagrees with eager"
+cplots.speedups(own_rows, title="This GPU: small decode step, speed-up over eager") if own_rows else None
+
 # %%
 ref = notebook.gpu_only("compile") if not torch.cuda.is_available() else reference.load("compile")
 if ref is None:
@@ -202,7 +220,7 @@ cplots.speedups(decode_rows, title="Decode step (batch 1): speed-up over eager")
 cplots.speedups(train_rows, title="Training step: speed-up over eager") if ref else None
 
 # %%
-cplots.kernels_per_mode(decode_rows + train_rows) if ref else None
+cplots.kernels_per_mode(own_rows + decode_rows + train_rows) if (ref or own_rows) else None
 
 # %%
 if ref is not None:
