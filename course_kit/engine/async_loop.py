@@ -114,7 +114,8 @@ class AsyncEngine(Engine):
         produced: list[tuple[Sequence, int]] = []
         if self.mode == "sync":
             if launched is not None:
-                self._advance(launched)
+                with rec.cpu("cpu", f"advance {k}"):
+                    self._advance(launched)
                 produced = self._resolve(launched)
         else:
             prev, self._inflight = self._inflight, launched
