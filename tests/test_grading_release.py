@@ -81,3 +81,10 @@ def test_check_gives_friendly_messages(capsys):
         grading.check("99.add", lambda a, b: a - b)
     with pytest.raises(ValueError, match="unknown exercise '99.nope'"):
         grading.check("99.nope", 1)
+
+
+def test_keep_solutions_gives_a_solved_student_copy():
+    solved, _ = release.release_notebook(instructor_notebook(), keep_solutions=True)
+    text = json.dumps(solved)
+    assert "return a + b" in text and "BEGIN SOLUTION" not in text and "NotImplementedError" not in text
+    assert "99.add_hidden" not in text

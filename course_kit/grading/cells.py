@@ -73,8 +73,9 @@ def exercises(nb: Any) -> list[Exercise]:
     return list(found.values())
 
 
-def strip_solution(source: str, exercise_id: str) -> str:
-    """Replace every BEGIN/END SOLUTION region by `raise NotImplementedError("Exercise <id>")`."""
+def strip_solution(source: str, exercise_id: str, keep: bool = False) -> str:
+    """Replace every BEGIN/END SOLUTION region by `raise NotImplementedError("Exercise <id>")`;
+    with keep=True, keep the solution and drop only the marker lines (a solved student copy)."""
     lines, out, inside, indent, seen = source.splitlines(), [], False, "", False
     for number, line in enumerate(lines, 1):
         stripped = line.strip()
@@ -83,12 +84,13 @@ def strip_solution(source: str, exercise_id: str) -> str:
                 raise ValueError(f"exercise {exercise_id}: nested {BEGIN!r} on line {number}")
             inside, seen = True, True
             indent = line[: len(line) - len(line.lstrip())]
-            out.append(f'{indent}raise NotImplementedError("Exercise {exercise_id}")')
+            if not keep:
+                out.append(f'{indent}raise NotImplementedError("Exercise {exercise_id}")')
         elif stripped.startswith(END):
             if not inside:
                 raise ValueError(f"exercise {exercise_id}: {END!r} without {BEGIN!r} on line {number}")
             inside = False
-        elif not inside:
+        elif not inside or keep:
             out.append(line)
     if inside:
         raise ValueError(f"exercise {exercise_id}: {BEGIN!r} is never closed by {END!r}")

@@ -22,8 +22,9 @@ def course_notebooks(source_dir: Path) -> list[Path]:
     return sorted(p for p in Path(source_dir).glob("[0-9][0-9]_*.ipynb") if p.is_file())
 
 
-def release_notebook(nb: Any) -> tuple[Any, list[cells.Exercise]]:
-    """The student version of one instructor notebook and its exercises."""
+def release_notebook(nb: Any, keep_solutions: bool = False) -> tuple[Any, list[cells.Exercise]]:
+    """The student version of one instructor notebook and its exercises. With keep_solutions, the
+    solutions stay in (markers removed): a perfect submission, for testing the grader."""
     exercises = cells.exercises(nb)
     out = copy.deepcopy(nb)
     kept = []
@@ -34,7 +35,7 @@ def release_notebook(nb: Any) -> tuple[Any, list[cells.Exercise]]:
         if cell.get("cell_type") == "code":
             text = cells.source_text(cell)
             if r == "solution":
-                text = cells.strip_solution(text, cells.meta(cell)["exercise"])
+                text = cells.strip_solution(text, cells.meta(cell)["exercise"], keep=keep_solutions)
             elif cells.BEGIN in text:
                 raise ValueError(f"a code cell holds {cells.BEGIN!r} but is not marked as a solution cell; "
                                  f"it would leak: {text[:80]!r}")

@@ -1,0 +1,34 @@
+"""Figures of notebook 04 (graph capture): the comparison table and the timing bars."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+_COLOURS = {"correct": "#d1f0d6", "silently wrong": "#ffe8b0", "refused": "#f8d0d0", "fails at run": "#f8d0d0"}
+
+
+def comparison_figure(rows: list[dict], methods: tuple[str, ...]) -> go.Figure:
+    """The comparison as a coloured table: green correct, amber silently wrong, red refused or failed."""
+    header = ["case"] + list(methods)
+    columns = [[f"<b>{r['case']}</b><br><i>{r['note']}</i>" for r in rows]]
+    colours = [["#f5f5f5"] * len(rows)]
+    for m in methods:
+        columns.append([f"{r[m].symbol} {r[m].detail}" for r in rows])
+        colours.append([_COLOURS[r[m].status] for r in rows])
+    fig = go.Figure(go.Table(columnwidth=[2.2] + [2] * len(methods),
+                             header=dict(values=header, fill_color="#e0e0e0", align="left"),
+                             cells=dict(values=columns, fill_color=colours, align="left", height=48)))
+    fig.update_layout(height=140 + 75 * len(rows), margin=dict(t=10, b=10, l=10, r=10))
+    return fig
+
+
+def timing_figure(rows: list[dict]) -> go.Figure:
+    """Left: seconds to capture. Right: µs per call of the captured block, eager included."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("time to capture (s)", "one call (µs, median)"))
+    captured = [r for r in rows if r["method"] != "eager"]
+    fig.add_bar(x=[r["method"] for r in captured], y=[r["capture_s"] for r in captured], row=1, col=1,
+                name="capture", text=[f"{r['capture_s']:.2f}" for r in captured])
+    fig.add_bar(x=[r["method"] for r in rows], y=[r["call_us"] for r in rows], row=1, col=2, name="call",
+                text=[f"{r['call_us']:.0f}" for r in rows])
+    fig.update_layout(height=380, showlegend=False, margin=dict(t=40, b=10))
+    return fig

@@ -1,0 +1,251 @@
+# %% [markdown]
+# # 04 · Graph capture: trace, script, FX and export
+#
+# A compiler, a serving runtime or a phone can't run your Python. They need the model as a
+# *graph*: a list of tensor operations with the Python taken out. PyTorch has had four ways to get
+# one, and they differ in what they see. `torch.jit.trace` records what one run did;
+# `torch.jit.script` compiles a subset of Python; `torch.fx` traces with proxy objects; and
+# `torch.export` traces at the ATen level with symbolic shapes and refuses what it can't prove. This
+# notebook runs all four on the same modules and records what each one really captured.
+#
+# {{BADGES}}
+#
+# **What you will learn**
+# - how each of the four captures works, and what its IR looks like;
+# - which Python each one keeps, loses or refuses: data-dependent branches, loops, containers,
+#   dynamic shapes, in-place ops; and which ones save to a file and load back bit for bit;
+# - the traps: a trace that silently bakes in a branch, script refusing Python, export refusing a
+#   data-dependent branch, and the `torch.cond` fix;
+# - where TorchScript stands today, and what replaces it.
+
+# %%
+{{SETUP}}
+
+# %% [markdown]
+# ## Parameters
+# Graph capture is a CPU topic: nothing here needs a GPU. `COURSE_KIT_SMOKE=1` (CI) uses the smallest
+# sizes and fewest timing repeats.
+
+# %% {"tags": ["parameters"]}
+P = device.defaults()
+DIM = 16 if P["smoke"] else 256          # width of the MLP block
+BATCH = 8 if P["smoke"] else 64          # rows per call in the timing
+REPEAT = 5 if P["smoke"] else 50         # timed repeats (medians are reported)
+
+# %%
+import warnings
+
+import torch
+from torch.export import Dim
+
+from course_kit import capture, capture_traps as traps, grading
+from course_kit.notebook import md, show_source
+from course_kit.plots import capture as capture_plots
+
+warnings.filterwarnings("ignore", category=DeprecationWarning)  # shown on purpose in section 5
+torch.manual_seed(0)
+print(f"torch {torch.__version__}; DIM={DIM}, BATCH={BATCH}, REPEAT={REPEAT}")
+
+# %% [markdown]
+# ## 1. Four ways to capture one module
+#
+# The same MLP block (LayerNorm, Linear, GELU, Linear, residual) goes through each method. Read how
+# `capture` calls them: `trace` and `export` *run* the module on an example input; `script` reads its
+# source code; `fx` calls `forward` with proxy objects that record every operation.
+
+# %%
+show_source(capture.MLPBlock)
+show_source(capture.capture)
+
+# %%
+block, x = capture.MLPBlock(DIM).eval(), torch.randn(4, DIM)
+captured = {m: capture.capture(m, block, (x,), ({0: Dim("batch")},) if m == "export" else None)
+            for m in capture.METHODS}
+for method, cap in captured.items():
+    ok, diff = capture.same(block(x), cap.fn(x), atol=1e-6)
+    print(f"=== {method}: {type(cap.obj).__name__}, matches eager: {ok} (max |Δ| {diff:.2g})")
+    print(capture.ir_text(cap, lines=8), "\n")  # operator lines only
+
+# %% [markdown]
+# The four IRs are different languages. TorchScript's graph (trace and script) holds `aten::` ops
+# and `prim::` constants with their types; FX's graph is Python-level: it calls the *submodules*
+# (`norm`, `up`, `down`) and functions as written; export's graph is lowered to ATen operators
+# (`aten.linear.default`) with symbolic shapes in the types, the form compilers and runtimes consume.
+
+# %%
+ops = {m: capture.ir_ops(cap) for m, cap in captured.items()}
+md("**What just happened.** Operators in each captured graph of the same block: " + "; ".join(
+    f"{m}: {len(o)} ({', '.join(list(dict.fromkeys(o))[:5])})" for m, o in ops.items()) + ".")
+
+# %% [markdown]
+# ## 2. What each capture keeps, loses or refuses
+#
+# Each case below is a small module with one kind of Python in it. `probe` captures it with one
+# method from an example input, then runs the capture on *other* inputs and compares with eager,
+# including any in-place change to the caller's tensors. A cell is ✅ when the capture matched eager,
+# ⚠️ when it ran and gave a different answer (the dangerous outcome), ❌ when capture or the run
+# refused. The last two rows save each capture to a file and load it back, and list its operators.
+
+# %%
+show_source(capture.probe)
+
+# %%
+rows = capture.compare(dim=DIM)
+capture_plots.comparison_figure(rows, capture.METHODS)
+
+# %%
+counts = {m: sum(r[m].status == "correct" for r in rows) for m in capture.METHODS}
+silent = [(r["case"], m) for r in rows for m in capture.METHODS if r[m].status == "silently wrong"]
+md("**What just happened.** Correct cells per method, out of " + f"{len(rows)}: "
+   + ", ".join(f"{m} {n}" for m, n in counts.items()) + ". "
+   + ("Silently wrong (no error, wrong numbers): " + "; ".join(f"{m} on *{c}*" for c, m in silent) + "."
+      if silent else "No capture was silently wrong in this run."))
+
+# %% [markdown]
+# Reading the table: `script` understands control flow and loops because it compiles the source, but
+# only the Python subset it knows (section 4b). `trace` sees only the path its example took, so
+# anything decided in Python (a branch, a loop count, a container) is frozen. `fx` can't branch on a
+# proxy. `export` refuses rather than guess, and tells you what to declare; containers, in-place ops
+# and declared dynamic shapes are handled (it functionalises in-place ops and replays input mutations).
+
+# %% [markdown]
+# ## 3. Measured: capture time and call time
+#
+# Capturing costs time once; a captured graph is not automatically faster on its own (the speed comes
+# from the compiler that consumes it, notebook 03). Here the block is timed eager and captured, on the
+# same inputs, medians of `REPEAT` calls.
+
+# %%
+show_source(capture.measure)
+
+# %%
+timing = capture.measure(dim=DIM, batch=BATCH, repeat=REPEAT)
+capture_plots.timing_figure(timing)
+
+# %%
+slowest = max(timing[1:], key=lambda r: r["capture_s"])
+md(f"**What just happened.** On this machine, capture took from "
+   f"{min(r['capture_s'] for r in timing[1:]):.2f} s to {slowest['capture_s']:.2f} s ({slowest['method']}). "
+   "One call, relative to eager (above 1 means faster): "
+   + ", ".join(f"{r['method']} {r['vs_eager']:.2f}×" for r in timing[1:])
+   + ". Small blocks on a CPU are dominated by per-op overhead, so these ratios are noisy.")
+
+# %% [markdown]
+# ## 4. A gallery of traps
+#
+# ### 4a. `trace` silently bakes in a branch
+# `Gate` doubles its input when the sum is positive and negates it otherwise. We trace it with a
+# positive input, then call the trace with a negative one.
+
+# %%
+show_source(capture.Gate)
+baked = traps.trace_bakes_branch()
+print("the traced program:\n" + baked["code"])
+print("warning while tracing:", baked["warnings"][0] if baked["warnings"] else "none")
+md(f"**What just happened.** On a negative input eager gives a sum of {baked['eager_sum']:.3f}; the trace "
+   f"gives {baked['traced_sum']:.3f} (max |Δ| {baked['max_abs_diff']:.3f}), with no error. The traced code "
+   "has only the branch the example took. The only hint was a `TracerWarning` at capture time, easy to miss "
+   "in a log.")
+
+# %% [markdown]
+# ### 4b. `script` refuses Python it doesn't know
+# TorchScript is its own language that looks like Python. Three common idioms it rejects:
+
+# %%
+for row in traps.script_rejects():
+    print(f"{row['module']:>15}: " + ("scripted" if row["scripted"] else row["error"]))
+
+# %% [markdown]
+# ### 4c. `export` refuses data-dependent control flow; `torch.cond` fixes it
+# `export` traces with symbolic values. `x.sum() > 0` is not known at capture time, so export stops
+# and says so, instead of guessing like trace. The fix is to put **both** branches in the graph with
+# `torch.cond(pred, true_fn, false_fn, operands)`, which picks one at run time.
+
+# %%
+refused = traps.export_refuses_data_dependent()
+print("export(Gate):", refused["error"] if refused["refused"] else "accepted")
+show_source(traps.GateCond)
+fixed = traps.export_with_cond()
+print(fixed["code"])
+md("**What just happened.** `torch.export` " + ("refused `Gate` with " f"`{refused.get('type', '')}`" if refused["refused"] else "accepted `Gate`")
+   + ". With `torch.cond` the exported graph holds a `cond` node with both branches, and it matches eager on "
+   + ", ".join(f"{k} ({'✅' if v else '❌'})" for k, v in fixed["checks"].items()) + ".")
+
+# %% [markdown]
+# ### 4d. `export` checks what a dynamic dimension may be
+# `PairScale` reshapes the length into pairs, so the length must be even. Declared as a plain
+# `Dim("length")`, export refuses and suggests the fix; declared as `2 * Dim("half")` it is accepted.
+
+# %%
+show_source(capture.PairScale)
+dims = traps.export_dim_constraint()
+print("plain Dim:", dims["plain_dim"])
+print("export suggests:\n  " + "\n  ".join(dims["suggested"]))
+print("with length = 2 * Dim('half'), correct at a new shape:", dims["derived_dim_ok"])
+
+# %% [markdown]
+# ## 5. TorchScript today
+#
+# TorchScript (`jit.trace` and `jit.script`) is in maintenance: new work goes to `torch.export` (a
+# graph with guards and dynamic shapes, saved as `.pt2`, compiled ahead of time by AOTInductor or
+# consumed by ExecuTorch on devices) and to `torch.compile` for speed in Python. We run both
+# TorchScript entry points and keep the warnings this torch emits.
+
+# %%
+dep = traps.torchscript_deprecation()
+for w in dep["warnings"]:
+    print(w)
+md(f"**What just happened.** On torch {dep['torch']}, TorchScript emitted "
+   + (f"{len(dep['warnings'])} deprecation warning(s), shown above." if dep["warnings"]
+      else "no deprecation warning: this release still runs TorchScript silently, but it receives no new "
+           "features; prefer `torch.export` for new code."))
+
+# %% [markdown]
+# ## Exercise: make a function exportable
+#
+# `ClipOrScale` divides its input by the peak magnitude when the peak exceeds 1, and doubles it
+# otherwise. Its `if` depends on the data, so `torch.export` refuses it (section 4c).
+#
+# Write `ExportableClipOrScale`, an `nn.Module` that computes exactly the same values and that
+# `torch.export.export(m, (x,), dynamic_shapes=({0: Dim("batch")},))` accepts, with an exported
+# program that is correct for inputs taking *either* branch and for other batch sizes.
+# Hint: `torch.cond`, or think about whether `torch.where` computes something unsafe.
+
+# %%
+show_source(capture.ClipOrScale)
+
+# %% {"course_kit": {"exercise": "04.exportable", "role": "solution", "points": 2}}
+class ExportableClipOrScale(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ### BEGIN SOLUTION
+        peak = x.abs().amax()
+        return torch.cond(peak > 1.0, lambda t, p: t / p, lambda t, p: t * 2, (x, peak))
+        ### END SOLUTION
+
+# %% {"course_kit": {"exercise": "04.exportable", "role": "check"}}
+course_kit.grading.check("04.exportable", ExportableClipOrScale)
+
+# %% {"course_kit": {"exercise": "04.exportable", "role": "hidden"}}
+course_kit.grading.check("04.exportable_hidden", ExportableClipOrScale)
+
+# %% [markdown]
+# ## Summary
+#
+# - `jit.trace` records one run: fast and simple, but every Python decision is frozen, silently.
+# - `jit.script` compiles a Python subset: keeps control flow, refuses much ordinary Python; it and
+#   trace are TorchScript, which is no longer developed.
+# - `torch.fx` gives a Python-level graph for writing transformations, but can't follow data or
+#   proxies through Python control flow, and has no file format of its own (a GraphModule is pickled).
+# - `torch.export` gives an ATen-level graph with symbolic shapes and guards, saved as `.pt2`. It
+#   refuses what it can't prove: fix data-dependent branches with `torch.cond` and declare dynamic
+#   dimensions with `Dim` (derived dims such as `2 * Dim("half")` when the code needs them).
+#
+# **Further reading**
+# - PyTorch documentation: *torch.export* (the programming model, dynamic shapes, `torch.cond`).
+# - PyTorch documentation: *torch.fx* (symbolic tracing and its limitations).
+# - PyTorch documentation: *TorchScript* (`torch.jit.trace`, `torch.jit.script`) and its status notes.
+# - Reed et al., "torch.fx: Practical Program Capture and Transformation for Deep Learning in Python", MLSys 2022.
+# - Ansel et al., "PyTorch 2: Faster Machine Learning Through Dynamic Python Bytecode Transformation
+#   and Graph Compilation", ASPLOS 2024.
+#
+# **Next:** notebook 05 captures whole GPU launches instead of Python: CUDA graphs.

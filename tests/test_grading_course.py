@@ -1,0 +1,43 @@
+"""Issue 11's CI test on the real course: release it, grade the instructor solutions (full marks)
+and the raw release (zero, NotImplementedError for every exercise).
+
+Every notebook runs twice, so this takes as long as the notebooks themselves: it runs only with
+COURSE_KIT_GRADE_COURSE=1 (the lead's release check), e.g.
+    COURSE_KIT_GRADE_COURSE=1 .venv/bin/pytest -q tests/test_grading_course.py
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_kit.grading import cli, grade, release, runner
+
+SOURCE = Path(__file__).resolve().parents[1] / "notebooks"
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(os.environ.get("COURSE_KIT_GRADE_COURSE") != "1",
+                                                   reason="set COURSE_KIT_GRADE_COURSE=1 to grade the whole course")]
+
+
+def test_course_release_solutions_full_marks_raw_release_zero(tmp_path):
+    manifest = release.release(SOURCE, tmp_path / "release")
+    graded = [n["notebook"] for n in manifest["notebooks"] if n["exercises"]]
+    assert graded, "no course notebook has exercises yet"
+    subs = tmp_path / "subs"
+    for name in graded:
+        nb = nbformat.read(str(SOURCE / name), as_version=4)
+        solved, _ = release.release_notebook(nb, keep_solutions=True)
+        (subs / "solved").mkdir(parents=True, exist_ok=True)
+        (subs / "solved" / name).write_text(nbformat.writes(solved))
+        (subs / "raw").mkdir(exist_ok=True)
+        (subs / "raw" / name).write_bytes((tmp_path / "release" / name).read_bytes())
+    rows = grade.grade(subs, tmp_path / "gb.csv", SOURCE, workers=2,
+                       limits=runner.Limits(cell_timeout=600, total_timeout=1800))
+    solved = [r for r in rows if r.student == "solved"]
+    raw = [r for r in rows if r.student == "raw"]
+    assert all(r.status == "passed" and r.points == r.max_points for r in solved), \
+        [(r.exercise, r.status, r.message) for r in solved if r.status != "passed"]
+    assert all(r.points == 0 and "NotImplementedError" in r.message for r in raw), \
+        [(r.exercise, r.status, r.message) for r in raw if "NotImplementedError" not in r.message]
