@@ -70,3 +70,17 @@ def padding_figure(plan: list[dict]) -> go.Figure:
     fig.update_layout(barmode="stack", xaxis_title="batch that arrives", yaxis_title="rows computed",
                       height=360, title="Padding a batch up to the next captured graph size")
     return fig
+
+
+def pitfalls_table(pitfalls: list[dict]) -> go.Figure:
+    """One row per pitfall: what goes wrong, the fix, and what the demonstration found."""
+    def found(p):
+        rest = {k: v for k, v in p.items() if k not in ("pitfall", "what goes wrong", "fix")}
+        return "<br>".join(f"{k}: {v}" for k, v in rest.items()) or "(explanation only: no GPU)"
+    fig = go.Figure(go.Table(
+        columnwidth=[1.2, 3, 3, 3],
+        header=dict(values=["pitfall", "what goes wrong", "fix", "demonstrated"], align="left"),
+        cells=dict(values=[[p["pitfall"] for p in pitfalls], [p.get("what goes wrong", "") for p in pitfalls],
+                           [p.get("fix", "") for p in pitfalls], [found(p) for p in pitfalls]], align="left")))
+    fig.update_layout(height=520, margin=dict(t=10, b=10))
+    return fig

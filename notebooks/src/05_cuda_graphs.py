@@ -1,0 +1,312 @@
+# %% [markdown]
+# # 05 · CUDA graphs: capture the decode step once, replay it for every token
+#
+# At batch 1 a decode step of a small language model is hundreds of tiny kernels, each reading a
+# few megabytes. The GPU finishes each one in microseconds, and then waits for Python and the
+# driver to launch the next. A **CUDA graph** records the whole sequence of launches once and
+# replays it with a single call, so the launch cost is paid once per step instead of once per
+# kernel. The price is rigidity: a graph replays exactly the shapes, memory addresses and work it
+# captured. This notebook measures the launch overhead, builds a graph runner for the course
+# model's decode step (one graph per batch size, static buffers, a static KV cache, padding), shows
+# the pitfalls by triggering them, and compares with `torch.compile(mode="reduce-overhead")`.
+#
+# {{BADGES}}
+#
+# **What you will learn**
+# - what a kernel launch costs, eagerly and inside a graph replay;
+# - how to capture and replay a decode step: warm-up, static inputs and outputs, a shared memory pool;
+# - why a runner captures one graph per batch size and pads to the next one;
+# - the four classic pitfalls (host syncs, dynamic shapes, allocations, RNG) and their fixes;
+# - how close graph-replayed decode gets to the memory-bandwidth roofline of notebook 00.
+
+# %%
+{{SETUP}}
+
+# %% [markdown]
+# ## Parameters
+# On a GPU the course model runs in its `smollm-135m` shape (random weights, the real sizes); on a
+# CPU, and in CI, the `tiny` shape. The GPU-only figures then come from the recorded H200 run.
+
+# %% {"tags": ["parameters"]}
+P = device.defaults()
+GPU = P["device"] == "cuda"
+PRESET = "smollm-135m" if GPU and not P["smoke"] else "tiny"
+MAX_BATCH = 8 if GPU else 4
+MAX_SEQ = 512 if GPU else 64
+N_KERNELS = 1000 if GPU else (100 if P["smoke"] else 300)
+REPEAT = 5 if P["smoke"] else 30
+NEW_TOKENS = 32 if GPU else 8
+RUN_COMPILE = GPU and P["size"] == "full"   # one torch.compile of the whole step: about a minute
+
+# %%
+import torch
+
+from course_kit import bench, cuda_graphs as cg, notebook, reference
+from course_kit.models import llama
+from course_kit.notebook import md, show_source
+from course_kit.plots import cuda_graphs as cplots
+
+if not GPU:
+    torch.set_num_threads(1)  # tiny tensors: one thread avoids contention on a shared CPU
+DTYPE = (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if GPU else torch.float32
+REF = reference.load("cuda_graphs")   # the H200 record (None until it has been recorded)
+print(f"model {PRESET} in {DTYPE} on {P['device']}; H200 record: {'yes' if REF else 'not yet'}")
+
+# %% [markdown]
+# ## 1. What a launch costs
+#
+# The microbenchmark launches `N` tiny kernels (an in-place add on one number) one after the
+# other from Python, then captures the same `N` launches into one graph and replays it. Each
+# kernel does almost nothing, so the time per kernel *is* the launch overhead: Python, the
+# PyTorch dispatcher and the driver when eager; only the GPU's own scheduling inside a replay.
+
+# %%
+show_source(cg.launch_overhead)
+
+# %%
+own_launch = cg.launch_overhead(N_KERNELS, repeat=REPEAT)
+own = {"results": [{"name": "launch", **own_launch}], "summary": {}}
+text = f"Eagerly, one tiny kernel costs **{own_launch['eager_us_per_kernel']:.2f} µs** here ({P['device']})."
+if own_launch["ratio"]:
+    text += (f" Inside one graph replay it costs **{own_launch['graph_us_per_kernel']:.2f} µs**: "
+             f"**{own_launch['ratio']:.1f}x** less.")
+if REF:
+    r = REF["summary"]
+    text += (f" The reference {REF['environment']['gpu']} measured a launch ratio of "
+             f"**{r['launch_ratio']:.1f}x** (target: at least {r['targets']['launch_ratio']:.0f}x).")
+md(text)
+
+# %%
+records = [("yours", own)] + ([("H200 reference", REF)] if REF else [])
+cplots.launch_figure(records)
+
+# %% [markdown]
+# ## 2. Capture and replay
+#
+# `capture` is the whole recipe in a few lines:
+# 1. **warm up on a side stream**: the first calls allocate memory, pick cuBLAS algorithms and
+#    compile kernels, none of which may happen during capture;
+# 2. **capture** one call under `torch.cuda.graph(...)`: nothing runs, the launches are recorded,
+#    and memory allocated meanwhile comes from the graph's private **pool**;
+# 3. **replay**: the recorded kernels run again, on the same addresses. New inputs must be *copied
+#    into* the captured input tensors; results are read from the captured output tensors.
+
+# %%
+show_source(cg.capture)
+
+# %%
+if GPU:
+    static_x = torch.ones(4, device="cuda")
+    out = {}
+    g = cg.capture(lambda: out.__setitem__("y", static_x * 2 + 1))
+    static_x.copy_(torch.arange(4.0, device="cuda"))   # new input: copied into the captured buffer
+    g.replay()
+    md(f"Replay after copying `[0, 1, 2, 3]` into the static input gives `{out['y'].tolist()}` "
+       f"(expected `{(torch.arange(4.0) * 2 + 1).tolist()}`).")
+else:
+    md("No CUDA GPU here: capture and replay need one. The runner below falls back to running the "
+       "same padded step eagerly, so its logic (buffers, padding, sampling) still runs.")
+
+# %% [markdown]
+# ## 3. A graph runner for the decode step
+#
+# The course model's `decode(tokens[B], positions[B], cache)` was written for this: static shapes,
+# no host synchronisation (positions stay on the device, the KV cache write is an indexed store,
+# attention masks keys past each row's position instead of slicing). `DecodeGraphRunner`
+# - owns a `StaticKVCache` and static buffers for tokens, positions, sampling noise and the chosen tokens;
+# - captures one graph per batch size in `capture_sizes(max_batch)`, **largest first, into one shared
+#   memory pool**, so the smaller graphs reuse the largest one's memory instead of adding their own;
+# - pads a batch of `B` rows up to the next captured size (padding rows decode token 0 into cache
+#   rows nobody reads);
+# - samples inside the graph with the Gumbel-max trick, on noise filled *before* each replay from a
+#   seeded generator: no `multinomial`, no sync, and reproducible.
+
+# %%
+show_source(cg.DecodeGraphRunner)
+
+# %%
+show_source(llama.Transformer.decode)
+
+# %%
+model = llama.Transformer.from_preset(PRESET, seed=0, dtype=DTYPE, device=P["device"])
+runner = cg.DecodeGraphRunner(model, max_batch=MAX_BATCH, max_seq=MAX_SEQ)
+g = torch.Generator().manual_seed(0)
+prompts = [torch.randint(1, model.config.vocab_size, (n,), generator=g).tolist() for n in (5, 17, 9)]
+graph_tokens = runner.generate(prompts, NEW_TOKENS)
+eager_tokens = cg.eager_generate(model, prompts, NEW_TOKENS, max_seq=MAX_SEQ, max_batch=MAX_BATCH)
+same = graph_tokens == eager_tokens
+md(f"{len(prompts)} prompts, padded to the graph of size **{cg.pick_graph(len(prompts), runner.sizes)}** "
+   f"(captured sizes: {runner.sizes}; graphs {'replayed' if runner.use_graphs else 'not available, eager step'}). "
+   f"Greedy tokens of the runner and of the eager step are **{'identical' if same else 'different'}** "
+   f"over {NEW_TOKENS} new tokens.")
+assert same
+
+# %%
+cplots.padding_figure(cg.padding_plan(list(range(1, MAX_BATCH + 1)), runner.sizes))
+
+# %% [markdown]
+# ### Tokens per second by batch size
+#
+# Each point is the median time of one decode step (including copying the batch into the static
+# buffers), as tokens per second. At small batch the eager step is bound by launches, so the graph
+# wins by roughly the launch ratio; at larger batch more of the time goes into real work, and the
+# gap narrows.
+
+# %%
+rows = []
+eager_runner = cg.DecodeGraphRunner(model, MAX_BATCH, MAX_SEQ, use_graphs=False, verbose=False)
+variants = [("eager", eager_runner)] + ([("graph", runner)] if GPU else [])
+for b in bench.progress(runner.sizes, desc="batch sizes"):
+    for name, r in variants:
+        r.generate([[1] * 8] * b, 2)     # prefill rows 0..b-1
+        tokens = torch.ones(b, dtype=torch.long, device=P["device"])
+        positions = torch.full((b,), 9, device=P["device"])
+        t = bench.timeit(lambda: r.step(tokens, positions), warmup=2, repeat=REPEAT)
+        rows.append({"variant": name, "batch": b, "tokens_per_s": b / t.median_s, "preset": PRESET,
+                     "ms_per_step": t.median_s * 1e3})
+mine = {"results": rows, "summary": {"decode_bytes": {"preset": PRESET}}}
+cplots.decode_figure([("yours", mine)] + ([("H200 reference", REF)] if REF else []))
+
+# %%
+by = {(r["variant"], r["batch"]): r for r in rows}
+text = f"Here, batch 1: eager step **{by[('eager', 1)]['ms_per_step']:.2f} ms**"
+if GPU:
+    text += (f", graph replay **{by[('graph', 1)]['ms_per_step']:.3f} ms** "
+             f"(**{by[('eager', 1)]['ms_per_step'] / by[('graph', 1)]['ms_per_step']:.1f}x**)")
+text += "."
+if REF:
+    s = REF["summary"]
+    text += (f" On the reference H200 ({s['decode_bytes']['preset']}, {s['dtype']}), the graph runner was "
+             f"**{s['graph_vs_eager_b1']:.1f}x** faster than the eager step at batch 1, and the best runner "
+             f"({s['runner_variant']}) decoded **{s['runner_tokens_per_s_b1']:,.0f} tokens/s**, "
+             f"**{s['runner_vs_hf_generate']:.1f}x** HF `generate` ({s['hf_generate_tokens_per_s_b1']:,.0f} tokens/s) "
+             f"on the same weights (target: {s['targets']['runner_vs_hf_generate']:.0f}x).")
+md(text)
+
+# %% [markdown]
+# ## 4. Fewer kernels: fusing before capturing
+#
+# A graph removes the *launch* cost of each kernel, not the kernel. Each block of the eager step
+# runs a dozen small elementwise kernels (RMSNorm alone is several). `fuse_layers` compiles each
+# transformer block with Inductor, which fuses them; since all blocks share code and shapes, one
+# compile serves every layer (regional compilation). The fused runner replays those kernels.
+# `torch.compile(mode="reduce-overhead")` does both in one call: Inductor fusion plus CUDA graphs
+# (its "CUDA graph trees"). The KV cache is mutated in place, so it is marked as a static address.
+
+# %%
+show_source(cg.fuse_layers)
+show_source(cg.reduce_overhead_step)
+
+# %%
+if RUN_COMPILE:
+    cache = llama.StaticKVCache(model.config, 1, MAX_SEQ, DTYPE, "cuda")
+    model.prefill(torch.ones(1, 8, dtype=torch.long, device="cuda"), cache)
+    step = cg.reduce_overhead_step(model, cache)
+    tok, pos = torch.ones(1, dtype=torch.long, device="cuda"), torch.full((1,), 9, device="cuda")
+    t_ro = bench.timeit(lambda: step(tok, pos).argmax(-1), warmup=3, repeat=REPEAT)
+    md(f"Here, batch 1: reduce-overhead **{t_ro.median_s * 1e3:.3f} ms** per step, the graph runner "
+       f"**{by[('graph', 1)]['ms_per_step']:.3f} ms** (unfused).")
+ref = notebook.gpu_only("cuda_graphs") if not GPU else REF
+if ref:
+    s = ref["summary"]
+    md(f"Reference H200, batch 1: reduce-overhead runs at **{s['reduce_overhead_vs_runner']:.2f}x** the "
+       f"speed of the best runner ({s['runner_variant']}; target: within "
+       f"{s['targets']['reduce_overhead_within']:.0%}). Kernels per step, from the profiler: eager step "
+       f"**{s['profile_eager_b1'].get('kernels_per_step', float('nan')):.0f}**, fused graph "
+       f"**{s['profile_fused_graph_b1'].get('kernels_per_step', float('nan')):.0f}**.")
+
+# %% [markdown]
+# ## 5. Against the bandwidth roofline
+#
+# A decode step must read every weight once (for the whole batch) and each row's K/V. Divided by
+# the measured copy bandwidth of the same run, that is the fastest a step could possibly be: the
+# dashed ceiling. At batch 1 the weights dominate; the runner's distance to the ceiling is what is
+# left of overheads. For the `llama-1b` shape the record also states the bytes moved per token
+# over the time per token, as a fraction of the copy bandwidth.
+
+# %%
+if ref:
+    fig = cplots.roofline_decode_figure(ref)
+    s = ref["summary"]
+    if "hbm_fraction" in s:
+        md(f"Reference H200, `llama-1b` at batch 1 ({s['hbm_variant']}): **{s['big_ms_per_token']:.3f} ms** per "
+           f"token, **{s['hbm_gbs']:,.0f} GB/s** of weights and K/V read, **{s['hbm_fraction']:.0%}** of the "
+           f"**{s['copy_gbs']:,.0f} GB/s** copy bandwidth measured in the same run "
+           f"(target: {s['targets']['hbm_fraction']:.0%}).")
+    missed = [k for k, ok in s.get("meets", {}).items() if not ok]
+    if missed:
+        md(f"Targets missed in the record: **{', '.join(missed)}**. The profiles below (from the same run) "
+           f"show where the time goes: a step of many small kernels is bound by their count, not by bytes.")
+        for key in ("profile_fused_graph_b1", "profile_big_b1"):
+            prof = s.get(key) or {}
+            if prof.get("top"):
+                md(f"`{key}`: **{prof['kernels_per_step']:.0f}** kernels per step, "
+                   f"**{prof['gpu_us_per_step']:.0f} µs** of GPU time per step. Costliest:\n\n"
+                   + "\n".join(f"- `{k['kernel']}`: {k['calls_per_step']:.0f} calls, {k['us_per_step']:.0f} µs"
+                                for k in prof["top"]))
+else:
+    fig = None
+    md("No reference record yet: run `course-kit bench cuda_graphs` on a GPU to create it.")
+fig
+
+# %% [markdown]
+# ## 6. Pitfalls
+#
+# Each of these is demonstrated on a GPU in a separate process (a failed capture can leave the
+# CUDA context unusable). Without a GPU the table shows what the H200 run found.
+
+# %%
+show_source(cg._pitfall_dynamic_shapes)
+
+# %%
+pits = cg.run_pitfalls() if GPU else (ref["summary"]["pitfalls"] if ref else cg.run_pitfalls())
+cplots.pitfalls_table(pits)
+
+# %% [markdown]
+# ## Exercise: choosing the graph and the padding
+#
+# A runner captured graphs for `sizes`. Write `plan(batches, sizes)` that returns, for each batch
+# size that arrives, a tuple `(graph size replayed, padding rows added)`: the smallest captured
+# size that holds the batch. A batch larger than every captured size must raise `ValueError`.
+# (Use plain Python; `bisect` helps.)
+
+# %% {"course_kit": {"exercise": "05.padding", "role": "solution", "points": 2}}
+def plan(batches, sizes):
+    ### BEGIN SOLUTION
+    import bisect
+    ordered = sorted(sizes)
+    out = []
+    for b in batches:
+        i = bisect.bisect_left(ordered, b)
+        if b < 1 or i == len(ordered):
+            raise ValueError(f"batch {b} does not fit the captured sizes {ordered}")
+        out.append((ordered[i], ordered[i] - b))
+    return out
+    ### END SOLUTION
+
+# %% {"course_kit": {"exercise": "05.padding", "role": "check"}}
+from course_kit import grading  # noqa: E402
+grading.check("05.padding", plan)
+
+# %% [markdown]
+# ## Summary
+# - A CUDA graph turns hundreds of launches into one. At batch 1 the decode step is launch-bound, so
+#   replaying it is worth a large factor; fusing kernels first (Inductor) removes more.
+# - Graphs replay fixed shapes and addresses: copy inputs into static buffers, capture one graph per
+#   batch size, pad to the next one, and keep the whole step free of host syncs.
+# - Share one memory pool between the graphs of a runner; clone any output you keep.
+# - Draw random numbers on the device or pass noise in through a buffer; CPU randomness is baked in.
+# - `torch.compile(mode="reduce-overhead")` packages fusion and graphs; it needs the same discipline
+#   (static KV cache marked static, no syncs).
+#
+# **Further reading**
+# - NVIDIA, *CUDA C++ Programming Guide*, section "CUDA Graphs".
+# - PyTorch documentation: *CUDA semantics: CUDA Graphs* (`torch.cuda.graph`, memory pools, partial
+#   network capture), and *CUDAGraph Trees*.
+# - PyTorch blog, *Accelerating PyTorch with CUDA Graphs* (2021); the gpt-fast repository
+#   (pytorch-labs) for decode with a static KV cache and `reduce-overhead`.
+# - W. Kwon et al., *Efficient Memory Management for Large Language Model Serving with
+#   PagedAttention* (vLLM), SOSP 2023: serving engines capture decode graphs per batch size.
+#
+# **Next:** `06_batching.ipynb` batches many requests: static, dynamic and continuous batching,
+# and the paged KV cache.
