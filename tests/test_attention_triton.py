@@ -103,3 +103,42 @@ def test_gpu_loaders_against_sdpa(loader, causal):
                                                             is_causal=causal)
     out = flash_attention(q, k, v, causal=causal, loader=loader)
     torch.testing.assert_close(out, sdpa, rtol=2e-2, atol=2e-2)
+
+
+def _grads(fn, q, k, v, do):
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    fn(q, k, v).backward(do)
+    return [t.grad for t in (q, k, v)]
+
+
+def _check_backward(b, hq, hkv, sq, sk, d, causal, dtype, device, seed):
+    from course_kit.attention.naive import naive_attention
+    from course_kit.attention.triton_flash_bwd import flash_attention_trainable
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, h, s, d, generator=g).to(device, dtype) for h, s in ((hq, sq), (hkv, sk), (hkv, sk)))
+    do = torch.randn(b, hq, sq, d, generator=g).to(device, dtype)
+    ref = _grads(lambda q, k, v: naive_attention(q, k, v, causal=causal), q.double(), k.double(), v.double(), do.double())
+    ours = _grads(lambda q, k, v: flash_attention_trainable(q, k, v, causal=causal), q, k, v, do)
+    group = hq // hkv
+    sdpa = _grads(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), is_causal=causal), q, k, v, do)
+    for name, r, o, s in zip("qkv", ref, ours, sdpa):
+        rel = lambda x: ((x.double().cpu() - r.cpu()).abs().max() / r.abs().max()).item()  # noqa: E731
+        assert o.shape == r.shape and o.dtype == dtype
+        # gradients as close to float64 as SDPA's own are (bf16 rounds inputs, P and dS)
+        assert rel(o) <= 3 * rel(s) + 5e-3 and rel(o) <= 3e-2, f"d{name}: ours {rel(o):.3g}, SDPA {rel(s):.3g}"
+
+
+@pytest.mark.parametrize("case", [(1, 4, 2, 45, 45, 32, True, torch.bfloat16),
+                                  (1, 2, 2, 37, 70, 64, False, torch.float16)])
+def test_interpreter_backward_matches_float64_like_sdpa(case):
+    if torch.cuda.is_available():
+        pytest.skip("covered by the gpu test on a CUDA machine")
+    _check_backward(*case, device="cpu", seed=sum(case[:6]))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [(2, 8, 2, 1000, 128, True, torch.bfloat16), (1, 4, 4, 333, 64, False, torch.bfloat16),
+                                  (1, 4, 1, 517, 128, True, torch.float16)])
+def test_gpu_backward_matches_float64_like_sdpa(case):
+    _check_backward(*case, device="cuda", seed=sum(case[:6]))
