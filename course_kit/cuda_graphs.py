@@ -279,7 +279,10 @@ def _try_capture(fn: Callable[[], object]) -> str | None:
         capture(fn, warmup=0)
         return None
     except Exception as err:  # noqa: BLE001 - the error is the demonstration
-        torch.cuda.synchronize()
+        try:
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001 - the context may stay broken; this process ends soon
+            pass
         return f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
 
 

@@ -85,8 +85,8 @@ def test_decode_rows_at_different_positions(tiny):
 
 def paged_step(model, seqs, new_counts, block_size=4):
     """One forward_paged over sequences whose last new_counts[i] tokens are new (the rest cached)."""
-    cfg = model.config
-    cache = PagedKVCache(cfg, 64, block_size, torch.float32, "cpu")
+    cfg, weight = model.config, model.tok_embeddings.weight
+    cache = PagedKVCache(cfg, 64, block_size, weight.dtype, weight.device)
     # fill the cached prefix of every sequence first, then run the step under test
     perm = torch.randperm(64, generator=torch.Generator().manual_seed(4)).int()
     max_blocks = max(-(-len(s) // block_size) for s in seqs)
@@ -106,8 +106,10 @@ def paged_step(model, seqs, new_counts, block_size=4):
             slots.append(tables[i, p // block_size].long() * block_size + p % block_size)
             starts.append(starts[-1] + hi - lo)
             ctx.append(hi)
-        return PagedBatch(torch.cat(toks), torch.cat(pos), torch.cat(slots), torch.tensor(starts, dtype=torch.int32),
-                          torch.tensor(ctx, dtype=torch.int32), tables[[i for i, _, _ in parts]])
+        batch = PagedBatch(torch.cat(toks), torch.cat(pos), torch.cat(slots), torch.tensor(starts, dtype=torch.int32),
+                           torch.tensor(ctx, dtype=torch.int32), tables[[i for i, _, _ in parts]])
+        return PagedBatch(*(t.to(weight.device) for t in (batch.tokens, batch.positions, batch.slot_mapping,
+                                                          batch.query_start, batch.context_lens, batch.block_tables)))
     prefix = [(i, 0, len(s) - c) for i, (s, c) in enumerate(zip(seqs, new_counts)) if len(s) > c]
     with torch.no_grad():
         if prefix:
@@ -239,18 +241,20 @@ def test_bf16_decode_runs_and_stays_close(tiny):
 def test_gpu_bf16_matches_hf_and_paged_paths_agree():
     model = llama.Transformer.from_preset("smollm-135m", seed=0, dtype=torch.bfloat16, device="cuda")
     hf = llama.to_hf(model)
-    tokens = torch.randint(0, 49152, (2, 64), device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 49152, (2, 64), generator=g).cuda()
     with torch.no_grad():
-        assert rel_err(model(tokens).float(), hf(tokens).logits.float()) < 2e-2
-    g = torch.Generator().manual_seed(1)
-    prompts = [torch.randint(0, 49152, (n,), generator=g).tolist() for n in (3, 17, 40)]
-    static = llama.generate(model, prompts, 16, cache="static")
-    paged = llama.generate(model, prompts, 16, cache="paged")  # the gather path on the GPU
-    model.set_attention(paged="reference")
-    reference = llama.generate(model, prompts, 16, cache="paged")
+        full = model(tokens).float()
+        assert rel_err(full, hf(tokens).logits.float()) < 3e-2
+    # the same two sequences through the paged cache: a prefill of 40 and 64 tokens, then one
+    # decode step each; the gather path (GPU default) against the per-sequence reference
+    seqs = [tokens[0, :41].tolist(), tokens[1].tolist()]
+    want = torch.stack([full[0, 40], full[1, 63]])
+    for backend in ("gather", "reference"):
+        model.set_attention(paged=backend)
+        step, cache = paged_step(model, seqs, [1, 1])
+        with torch.no_grad():
+            got = model.forward_paged(step, cache).float()
+        assert rel_err(got, want) < 3e-2, backend
     model.paged_attention = None
-    # bf16 kernels differ in rounding, so a near-tie may flip a token and the rest diverge: count
-    # agreeing first tokens and agreeing positions rather than demanding identity
-    for other in (static, reference):
-        assert all(a[0] == b[0] for a, b in zip(paged, other))
-        assert sum(x == y for a, b in zip(paged, other) for x, y in zip(a, b)) >= 0.6 * 48
+

