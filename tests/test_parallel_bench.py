@@ -41,10 +41,11 @@ def test_topic_runs_on_cpu_processes():
 def test_topic_smoke_on_gpus():
     """Pre-flight for the full run: NCCL groups, CUDA-graph decode with TP all-reduces inside."""
     worlds = bp.world_sizes(min(torch.cuda.device_count(), 2))
-    rec = bench.run_topic("parallel", {"size": "smoke", "worlds": worlds})
+    rec = bench.run_topic("parallel", {"size": "smoke", "worlds": worlds, "compile_models": ["tiny"]})
     s = _check_record(rec, worlds)
     assert s["backend"] == "nccl"
     for row in rec["results"]:
         if row["name"] == "decode":
-            assert row["mode"] == "cuda_graph", row.get("graph_error")
-            assert row["graph_tokens_equal_eager"]
+            for mode in ("cuda_graph", "compile_cuda_graph"):
+                assert mode in row["s_per_token_by_mode"], row.get(f"{mode}_error")
+                assert row[f"{mode}_tokens_equal_eager"], mode

@@ -9,7 +9,9 @@ group runs, in order:
    tensor parallel at n >= 2, checked against the unsharded output on every rank;
 3. greedy decode (batch 1) of the course model, llama-1b shape and the Llama 3 8B shape with
    random weights: float32 first, whose tokens must be identical at every n (the correctness
-   check), then the timed run in bf16, eager and captured in a CUDA graph;
+   check), then the timed run in bf16: eager, captured in a CUDA graph, and (for the models in
+   `compile_models`) torch.compile'd then captured, which fuses a decode step's many small
+   kernels; speed-ups compare the same mode at both sizes;
 4. a pipeline (GPipe and 1F1B) over n stages: measured bubble against (p-1)/(m+p-1).
 The summary holds the ratios against one GPU, all measured in this run.
 """
@@ -27,20 +29,21 @@ SIZES: dict[str, dict[str, Any]] = {
     "full": {"allreduce_bytes": [1 << k for k in range(10, 31, 2)] + [256 * MB],
              "coll_bytes": 256 * MB, "mlp": [8192, 28672, 4096], "dtype": "bfloat16",
              "models": ["llama-1b", "llama3-8b"], "prompt_len": 16, "new_tokens": 128,
-             "check_tokens": 32, "pp": {"hidden": 1024, "n_layers": 8, "batch": 2048},
+             "check_tokens": 32, "compile_models": ["llama-1b"],
+             "pp": {"hidden": 1024, "n_layers": 8, "batch": 2048},
              "pp_m": [1, 2, 4, 8, 16], "repeat": 20, "cpu_world": 2},
     "small_gpu": {"allreduce_bytes": [1 << k for k in range(10, 29, 2)], "coll_bytes": 64 * MB,
                   "mlp": [4096, 14336, 2048], "dtype": "float16", "models": ["llama-1b"],
-                  "prompt_len": 16, "new_tokens": 64, "check_tokens": 16,
+                  "prompt_len": 16, "new_tokens": 64, "check_tokens": 16, "compile_models": [],
                   "pp": {"hidden": 1024, "n_layers": 8, "batch": 1024}, "pp_m": [1, 2, 4, 8],
                   "repeat": 10, "cpu_world": 2},
     "cpu": {"allreduce_bytes": [1 << k for k in range(10, 23, 4)], "coll_bytes": MB,
             "mlp": [512, 1024, 256], "dtype": "float32", "models": ["tiny"], "prompt_len": 8,
-            "new_tokens": 16, "check_tokens": 8, "pp": {"hidden": 256, "n_layers": 4, "batch": 256},
+            "new_tokens": 16, "check_tokens": 8, "compile_models": [], "pp": {"hidden": 256, "n_layers": 4, "batch": 256},
             "pp_m": [1, 4], "repeat": 5, "cpu_world": 2},
     "smoke": {"allreduce_bytes": [1 << 10, 1 << 16], "coll_bytes": 1 << 16, "mlp": [64, 128, 32],
               "dtype": "float32", "models": ["tiny"], "prompt_len": 4, "new_tokens": 6,
-              "check_tokens": 6, "pp": {"hidden": 32, "n_layers": 4, "batch": 32}, "pp_m": [2],
+              "check_tokens": 6, "compile_models": [], "pp": {"hidden": 32, "n_layers": 4, "batch": 32}, "pp_m": [2],
               "repeat": 2, "cpu_world": 2},
 }
 MLP_TARGET = 1.7      # issue 10: TP=2 MLP at >= 1.7x one GPU
@@ -73,7 +76,7 @@ def on_rank(rank: int, world_size: int, p: dict[str, Any]) -> dict[str, Any]:
         check = measure.decode_on_rank(rank, world_size, name, "float32", p["prompt_len"],
                                        p["check_tokens"], use_graph=False)
         timed = measure.decode_on_rank(rank, world_size, name, p["dtype"], p["prompt_len"],
-                                       p["new_tokens"])
+                                       p["new_tokens"], use_compile=name in p["compile_models"])
         timed["fp32_tokens"] = check["tokens"]
         out["decode"].append(timed)
     if world_size > 1 and p["pp"]["n_layers"] % world_size == 0:
@@ -119,7 +122,13 @@ def summarise(per_world: dict[int, dict[str, Any]]) -> tuple[list[dict], dict[st
             summary[f"decode_tokens_per_s_{key}"] = d["tokens_per_s"]
             if base is not None:
                 ref = next(b for b in base["decode"] if b["model"] == d["model"])
-                row["speedup"] = ref["s_per_token"] / d["s_per_token"]
+                # like for like: the fastest mode that ran at both sizes
+                common = {m: s for m, s in d["s_per_token_by_mode"].items()
+                          if m in ref["s_per_token_by_mode"]}
+                mode = min(common, key=common.get)
+                row["speedup_mode"] = mode
+                row["speedup"] = ref["s_per_token_by_mode"][mode] / common[mode]
+                row["speedup_by_mode"] = {m: ref["s_per_token_by_mode"][m] / s for m, s in common.items()}
                 row["fp32_tokens_identical"] = d["fp32_tokens"] == ref["fp32_tokens"]
                 row["fp32_first_divergence"] = _first_divergence(d["fp32_tokens"], ref["fp32_tokens"])
                 row["low_precision_tokens_identical"] = d["tokens"] == ref["tokens"]
@@ -156,7 +165,7 @@ def run(params: dict) -> dict:
     for n in bench.progress(worlds, desc="world sizes"):
         if cuda:  # a fresh group per size: its GPUs' memory is released when it ends
             with launcher.Pool(n, backend) as pool:
-                per_world[n] = pool.run(on_rank, p, timeout_s=900)[0]
+                per_world[n] = pool.run(on_rank, p, timeout_s=540)[0]
         else:
             per_world[n] = launcher.get_pool(n, backend).run(on_rank, p)[0]
     rows, summary, timelines = summarise(per_world)

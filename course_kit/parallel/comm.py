@@ -212,8 +212,8 @@ def measure_collective(rank: int, world_size: int, op: str = "all_reduce",
                        warmup: int = 3, repeat: int = 10) -> list[dict]:
     """Time one collective per message size on every rank (run it with the launcher).
 
-    Returns median seconds, algbw and busbw per size (rank 0's clock; all ranks agree after the
-    barrier). On GPUs it uses CUDA events; on CPU, host clocks.
+    Returns median seconds per call, algbw and busbw per size (the slowest rank's median, the
+    same on every rank). On GPUs it uses CUDA events; on CPU, host clocks.
     """
     import statistics
     import time
@@ -241,22 +241,28 @@ def measure_collective(rank: int, world_size: int, op: str = "all_reduce",
             out = torch.empty_like(x)
             def call() -> None:
                 dist.all_to_all_single(out, x)
+        # as nccl-tests do: back-to-back calls between two timestamps, so that the ranks' skew
+        # at the start is paid once per batch of calls rather than once per call
+        inner = max(1, min(20, (64 << 20) // max(1, numel * esize)))
+        for _ in range(warmup):
+            call()
         times = []
-        for i in range(warmup + repeat):
+        for _ in range(repeat):
             dist.barrier()
             if cuda:
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
-                call()
+                for _ in range(inner):
+                    call()
                 end.record()
                 end.synchronize()
                 t = start.elapsed_time(end) / 1e3
             else:
                 t0 = time.perf_counter()
-                call()
+                for _ in range(inner):
+                    call()
                 t = time.perf_counter() - t0
-            if i >= warmup:
-                times.append(t)
+            times.append(t / inner)
         # the slowest rank decides when a collective is over
         med = torch.tensor([statistics.median(times)], dtype=torch.float64, device=dev)
         dist.all_reduce(med, op=dist.ReduceOp.MAX)
