@@ -56,8 +56,10 @@ def test_launcher_rejects_more_ranks_than_gpus():
         launcher.resolve_backend("mpi", 2)
 
 
-def test_data_parallel_equals_ddp_and_one_process(pool2):
-    for r in pool2.run(data.check_dp):
+@pytest.mark.parametrize("world", [2, 4])
+def test_data_parallel_equals_ddp_and_one_process(pool2, pool4, world):
+    pool = pool2 if world == 2 else pool4
+    for r in pool.run(data.check_dp):
         assert r["hand_vs_ddp"] < TOL and r["bucketed_vs_hand"] < TOL
         assert r["hand_vs_single_process"] < 1e-5  # a mean over 8 vs 16 rows, then SGD steps
 

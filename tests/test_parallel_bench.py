@@ -49,3 +49,20 @@ def test_topic_smoke_on_gpus():
             for mode in ("cuda_graph", "compile_cuda_graph"):
                 assert mode in row["s_per_token_by_mode"], row.get(f"{mode}_error")
                 assert row[f"{mode}_tokens_equal_eager"], mode
+
+
+@pytest.mark.gpu
+def test_nccl_launch_one_gpu_per_rank_and_clear_error_beyond():
+    from course_kit.parallel import launcher
+    n = torch.cuda.device_count()
+    out = launcher.launch(_device_of_rank, n, backend="nccl", reuse=False)
+    assert out == [f"cuda:{r}" for r in range(n)]
+    with pytest.raises(ValueError, match=f"needs {n + 1} GPUs"):
+        launcher.launch(_device_of_rank, n + 1, backend="nccl")
+
+
+def _device_of_rank(rank, world_size):
+    x = torch.ones(1, device="cuda")
+    torch.distributed.all_reduce(x)
+    assert x.item() == world_size
+    return str(x.device)

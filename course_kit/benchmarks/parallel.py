@@ -26,7 +26,7 @@ from ..parallel import comm, launcher, measure, pipeline
 
 MB = 1 << 20
 SIZES: dict[str, dict[str, Any]] = {
-    "full": {"allreduce_bytes": [1 << k for k in range(10, 31, 2)] + [256 * MB],
+    "full": {"allreduce_bytes": [1 << k for k in range(10, 31, 2)],   # 1 KiB .. 1 GiB, 256 MiB included
              "coll_bytes": 256 * MB, "mlp": [8192, 28672, 4096], "dtype": "bfloat16",
              "models": ["llama-1b", "llama3-8b"], "prompt_len": 16, "new_tokens": 128,
              "check_tokens": 32, "compile_models": ["llama-1b"],

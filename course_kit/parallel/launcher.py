@@ -137,8 +137,14 @@ def _worker(rank: int, world_size: int, backend: str, init_method: str, threads:
     except BaseException:
         results.put((rank, "error", traceback.format_exc()))
         return
+    parent = os.getppid()
     while True:
-        blob = tasks.get()
+        try:
+            blob = tasks.get(timeout=5.0)
+        except queue.Empty:
+            if os.getppid() != parent:  # whoever started us is gone: do not linger
+                break
+            continue
         if blob is None:
             break
         try:
@@ -190,7 +196,8 @@ class Pool:
         self._tasks = [ctx.Queue() for _ in range(world_size)]
         init_method = f"tcp://127.0.0.1:{free_port()}"
         self._procs = [
-            ctx.Process(target=_worker, daemon=True,
+            # not daemonic: a rank may start processes itself (torch.compile's compile workers)
+            ctx.Process(target=_worker, daemon=False,
                         args=(r, world_size, self.backend, init_method, threads,
                               self._tasks[r], self._results, dict(os.environ)))
             for r in range(world_size)]
