@@ -229,7 +229,7 @@ if ref is not None:
     ds, ts = s["decode_speedup"], s["train_speedup"]
     dk = {r["mode"]: r for r in decode_rows}
     ma = max((k for k in ("max-autotune", "max-autotune-no-cudagraphs") if k in ts), key=lambda k: ts[k], default=None)
-    text = (f"On the {ref['environment'].get('gpu')}: `reduce-overhead` runs the decode step "
+    text = (f"On the {ref['environment'].get('gpu') or 'reference machine'}: `reduce-overhead` runs the decode step "
             f"**{ds.get('reduce-overhead', float('nan')):.2f}x** faster than eager (target 3x: "
             f"{'met' if t['reduce-overhead decode >= 3x eager'] else 'missed'}), against "
             f"{ds.get('default', float('nan')):.2f}x for `default` alone: fusion helps, but at batch 1 the launches "
