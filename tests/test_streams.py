@@ -109,6 +109,11 @@ def test_gpu_concurrency_and_races():
     from course_kit.streams import gpu
     c = gpu.concurrency_demo(n_streams=4, kind="spin", kernel_ms=2.0)
     assert c["speedup"] > 2.0, c["speedup"]  # 4 one-thread kernels overlap on separate streams
+    legacy = gpu.legacy_default_stream_demo(kernel_ms=2.0)
+    free = legacy["non-blocking streams (PyTorch's)"]["ms"]
+    assert free < 3.0, free                     # A and B overlap: about one kernel's time
+    if legacy["blocking_available"]:
+        assert legacy["blocking streams (cudaStreamCreate)"]["ms"] > 1.6 * free
     w = gpu.missing_wait_demo()
     assert not w["racy (no wait)"]["correct"]
     assert w["fixed (wait_event)"]["correct"] and w["fixed (wait_stream)"]["correct"]

@@ -47,6 +47,11 @@ def run(params: dict) -> dict:
             results.append({"name": f"{kind} x{n_streams}: {mode}", "ms": c[mode]["ms"]})
             timelines[f"{kind}: {mode}"] = _tl(c[mode]["timeline"])
 
+    legacy = gpu.legacy_default_stream_demo(kernel_ms=kernel_ms)
+    for name in (n for n in legacy if n != "blocking_available"):
+        results.append({"name": f"legacy default stream: {name}", "ms": legacy[name]["ms"]})
+        timelines[f"legacy: {name}"] = _tl(legacy[name]["timeline"])
+
     copy = gpu.copy_overlap_demo(mbytes=mbytes)
     for name, v in copy["variants"].items():
         results.append({"name": name, "ms": v["total_ms"], "host_blocked_ms": v["host_blocked_ms"],
@@ -59,6 +64,10 @@ def run(params: dict) -> dict:
         "checks": checks,
         "spin_concurrency_speedup": conc["spin"]["speedup"],
         "matmul_concurrency_speedup": conc["matmul"]["speedup"],
+        "blocking_streams_available": legacy["blocking_available"],
+        "legacy_blocking_vs_nonblocking": (
+            legacy["blocking streams (cudaStreamCreate)"]["ms"]
+            / legacy["non-blocking streams (PyTorch's)"]["ms"] if legacy["blocking_available"] else None),
         "copy_ms": copy["copy_ms"],
         "pinned_overlap_speedup": copy["variants"]["copy stream: pinned, non_blocking"][
             "speedup_vs_serial"],

@@ -6,6 +6,8 @@ Each demo returns a plain dict: the measured times, whether the result was corre
 - `concurrency_demo`: independent kernels queued on one stream run one after another (a stream is a
   FIFO; PyTorch's work goes to the legacy default stream unless you pick another), while the same
   kernels on separate streams can run at the same time.
+- `legacy_default_stream_demo`: the legacy default stream also waits for, and is waited on by,
+  every *blocking* stream; PyTorch's own streams are non-blocking and escape that.
 - `missing_wait_demo`: a consumer stream reading what a producer stream has not written yet, and the
   fix (`wait_event` / `wait_stream`).
 - `missing_record_stream_demo`: a tensor freed on the host while a side stream still has to read it;
@@ -98,6 +100,85 @@ def concurrency_demo(n_streams: int = 4, kind: str = "spin", kernel_ms: float = 
         tl = rec.finish()
         out[mode] = {"ms": t0.elapsed_time(t1), "timeline": tl.shifted()}
     out["speedup"] = out["one stream"]["ms"] / out["one stream each"]["ms"]
+    return out
+
+
+_BLOCKING: list = []
+
+
+def _cudart():
+    """The CUDA runtime library torch itself loaded (found in /proc/self/maps), via ctypes."""
+    import ctypes
+    import glob
+    import os
+    torch.cuda.init()
+    paths = []
+    try:
+        with open("/proc/self/maps") as f:
+            paths += [line.split()[-1] for line in f if "libcudart.so" in line]
+    except OSError:
+        pass
+    for root in {os.path.dirname(os.path.dirname(torch.__file__))}:
+        paths += sorted(glob.glob(os.path.join(root, "nvidia", "**", "libcudart.so*"), recursive=True))
+    for path in paths + ["libcudart.so"]:
+        try:
+            return ctypes.CDLL(path)
+        except OSError:
+            continue
+    return None
+
+
+def blocking_streams(n: int = 2) -> list | None:
+    """`n` *blocking* streams (plain `cudaStreamCreate`), or None where the runtime is not reachable.
+
+    PyTorch creates its own streams with `cudaStreamNonBlocking`; a blocking stream is what a C++
+    library may hand you, and it synchronises implicitly with the legacy default stream.
+    """
+    import ctypes
+    while len(_BLOCKING) < n:
+        lib = _cudart()
+        if lib is None:
+            return None
+        handle = ctypes.c_void_p()
+        if lib.cudaStreamCreate(ctypes.byref(handle)) != 0 or not handle.value:
+            return None
+        _BLOCKING.append(torch.cuda.ExternalStream(handle.value))
+    return _BLOCKING[:n]
+
+
+def legacy_default_stream_demo(kernel_ms: float = 2.0) -> dict:
+    """Spin on stream A, a tiny op on the legacy default stream, spin on stream B.
+
+    With non-blocking streams (PyTorch's) A and B overlap. With blocking streams, the default-stream
+    op waits for A and B waits for it: the legacy default stream serialises everything around it.
+    """
+    _need_cuda()
+    cycles = int(kernel_ms * cycles_per_ms())
+    default = torch.cuda.default_stream()
+    small = torch.zeros(16, device="cuda")
+    variants = {"non-blocking streams (PyTorch's)": [torch.cuda.Stream(), torch.cuda.Stream()]}
+    try:
+        blocking = blocking_streams(2)
+    except Exception:  # noqa: BLE001 - the demo is optional where the runtime is not reachable
+        blocking = None
+    if blocking:
+        variants["blocking streams (cudaStreamCreate)"] = blocking
+    out: dict = {"blocking_available": bool(blocking)}
+    for name, (a, b) in variants.items():
+        torch.cuda.synchronize()
+        rec = EventRecorder()
+        t0 = rec.mark_gpu(default)
+        with torch.cuda.stream(a), rec.gpu("stream A", "spin A", a):
+            spin(cycles)
+        with torch.cuda.stream(default), rec.gpu("default", "tiny op on the default stream", default):
+            small.add_(1.0)
+        with torch.cuda.stream(b), rec.gpu("stream B", "spin B", b):
+            spin(cycles)
+        default.wait_stream(a)
+        default.wait_stream(b)
+        t1 = rec.mark_gpu(default)
+        tl = rec.finish()
+        out[name] = {"ms": t0.elapsed_time(t1), "timeline": tl.shifted()}
     return out
 
 

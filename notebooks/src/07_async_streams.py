@@ -94,6 +94,42 @@ else:
     md("No GPU here and no recorded run yet: run `course-kit bench streams` on a GPU to fill this in.")
 
 # %% [markdown]
+# ### The legacy default stream
+# The default stream has one more rule, inherited from CUDA's early days: it synchronises with every
+# *blocking* stream. Work queued on it waits for everything already queued on blocking streams, and
+# later work on those streams waits for it. PyTorch creates its streams *non-blocking*, so they
+# escape this rule; streams created by plain `cudaStreamCreate` (as a C++ library might) do not.
+# Below: a spin on stream A, a tiny op on the default stream, a spin on stream B.
+
+# %%
+show_source(gpu.legacy_default_stream_demo)
+
+# %%
+if ON_GPU:
+    legacy = gpu.legacy_default_stream_demo(kernel_ms=2.0)
+    legacy_tls = {n: v["timeline"] for n, v in legacy.items() if n != "blocking_available"}
+    legacy_ms = {n: v["ms"] for n, v in legacy.items() if n != "blocking_available"}
+else:
+    legacy_tls = ({k.split(": ", 1)[1]: v for k, v in rec_streams["timelines"].items() if k.startswith("legacy: ")}
+                  if rec_streams else None)
+    legacy_ms = ({r["name"].split(": ", 1)[1]: r["ms"] for r in rec_streams["results"]
+                  if r["name"].startswith("legacy default stream: ")} if rec_streams else None)
+fig = splots.gantt_pair(legacy_tls, "A tiny op on the legacy default stream between two streams") if legacy_tls else None
+fig
+
+# %%
+if legacy_ms:
+    text = "; ".join(f"{n}: **{ms:.2f} ms**" for n, ms in legacy_ms.items()) + ". "
+    if len(legacy_ms) > 1:
+        ratio = legacy_ms["blocking streams (cudaStreamCreate)"] / legacy_ms["non-blocking streams (PyTorch's)"]
+        text += (f"With blocking streams the same work took **{ratio:.2f}x** as long: "
+                 + ("the tiny default-stream op turned two overlapping kernels into a sequence."
+                    if ratio > 1.5 else "here the implicit synchronisation cost little."))
+    else:
+        text += "Blocking streams could not be created here (the CUDA runtime library was not reachable)."
+    md(text)
+
+# %% [markdown]
 # ## 2. Ordering across streams: events, `wait_event`, `wait_stream`
 #
 # Concurrency has a price: the GPU no longer orders work for you. If stream B reads what stream A
