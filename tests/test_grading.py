@@ -63,12 +63,6 @@ def graded(course):
     moved.cells.append(add_cell)
     paths["moved"] = submit(subs, "moved", moved)
     paths["invalid"] = submit(subs, "invalid", '{"cells": [ this is not json')
-    # the visible check cell is edited to do nothing: the grader must use the instructor's
-    edited = fill(student, {"99.add": "def add(a, b):\n    return a * b", "99.square": SOLUTIONS["99.square"]})
-    for c in edited.cells:
-        if c.get("metadata", {}).get("course_kit", {}).get("role") == "check":
-            c.source = "pass"
-    paths["edited_check"] = submit(subs, "edited_check", edited)
     out = root / "results" / "gradebook.csv"
     paths["gradebook"] = out
     victim = subs / "full" / NAME
@@ -79,7 +73,8 @@ def graded(course):
         "    pathlib.Path(target).write_text('overwritten')\n"
         "def add(a, b):\n    return a + b"
     )
-    paths["evil"] = submit(subs, "evil", fill(student, {"99.add": evil_code, "99.square": SOLUTIONS["99.square"]}))
+    hog = "squares = bytearray(8 << 30)  # more than the memory limit"
+    paths["evil"] = submit(subs, "evil", fill(student, {"99.add": evil_code, "99.square": hog}))
     monkey = (
         "import course_kit, course_kit.grading\n"
         "import course_kit.grading.checks.nb99 as nb99\n"
@@ -90,7 +85,11 @@ def graded(course):
         "grading = course_kit.grading\n"
         "def add(a, b):\n    return 0"
     )
-    paths["monkey"] = submit(subs, "monkey", fill(student, {"99.add": monkey, "99.square": SOLUTIONS["99.square"]}))
+    monkeyed = fill(student, {"99.add": monkey, "99.square": SOLUTIONS["99.square"]})
+    for c in monkeyed.cells:  # and its visible check cells edited to do nothing
+        if c.get("metadata", {}).get("course_kit", {}).get("role") == "check":
+            c.source = "pass"
+    paths["monkey"] = submit(subs, "monkey", monkeyed)
     log = []
     start = time.perf_counter()
     rows = grade.grade(subs, out, source, workers=2, limits=LIMITS, log=log.append)
@@ -102,7 +101,7 @@ def test_gradebook_has_every_row_and_the_columns(graded):
     rows, paths, _, log, elapsed = graded
     csv_rows = _read(paths["gradebook"])
     assert list(csv_rows[0]) == list(grade.COLUMNS)
-    students = {"full", "raw", "loop", "broken", "moved", "invalid", "edited_check", "evil", "monkey"}
+    students = {"full", "raw", "loop", "broken", "moved", "invalid", "evil", "monkey"}
     assert {(r["student"], r["exercise"]) for r in csv_rows} == {(s, e) for s in students for e in SOLUTIONS}
     assert all(r["status"] in runner.STATUSES for r in csv_rows)
     assert "total" in log[-2] or any("total" in line for line in log)
@@ -154,24 +153,23 @@ def test_invalid_json_is_an_error_for_every_exercise(graded):
         assert status == "error" and "could not be read as a notebook" in message
 
 
-def test_edited_visible_check_does_not_help(graded):
-    status, _, message = _status(graded, "edited_check", "99.add")
-    assert status == "failed" and "add(2, 3): expected 5, found 6" in message
-
-
 def test_overwriting_gradebook_or_other_submissions_changes_nothing(graded):
     _, paths, victim_bytes, _, _ = graded
     assert _status(graded, "full", "99.add")[0] == "passed"   # graded from what was submitted
-    assert _status(graded, "evil", "99.square")[0] == "passed"
     rows = _read(paths["gradebook"])
-    assert len(rows) == 18
+    assert len(rows) == 16
     if sandbox.mode() == "uid":  # as root, student code runs as an unprivileged uid: no write at all
         assert paths["full"].read_bytes() == victim_bytes
         status, _, message = _status(graded, "evil", "99.add")
         assert status == "error" and "PermissionError" in message
 
 
-def test_monkeypatched_check_still_fails_visible_and_hidden_checks(graded):
+def test_memory_limit_turns_a_huge_allocation_into_an_error(graded):
+    status, _, message = _status(graded, "evil", "99.square")
+    assert status == "error" and "MemoryError" in message
+
+
+def test_monkeypatched_check_and_edited_check_cells_still_fail(graded):
     status, points, message = _status(graded, "monkey", "99.add")
     assert (status, points) == ("failed", 0)
     assert "expected 5, found 0" in message

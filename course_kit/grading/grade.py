@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import io
 import os
-import queue
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -146,23 +145,21 @@ def grade(submissions: Path, out: Path, source: Path, *, workers: int = 1, limit
     lock = threading.Lock()
     with lock:
         write_csv(out, rows)
-    slots: queue.Queue = queue.Queue()
-    for i in range(workers):
-        slots.put(sandbox.UID_BASE + i if mode == "uid" else None)
+    # One fresh sandbox uid per notebook run (not per worker): nothing a run leaves behind in
+    # world-writable places is writable by a later run, and its processes are found by uid.
+    uid_base = sandbox.UID_BASE + (os.getpid() % 10_000) * 10_000
 
-    def work(job):
-        student, name, exercises, plan = job
-        uid = slots.get()
+    def work(index_job):
+        index, (student, name, exercises, plan) = index_job
+        uid = uid_base + index % 10_000 if mode == "uid" else None
         try:
             return student, name, runner.run(plan, exercises, scratch, limits, uid)
         except Exception as exc:  # the grader's own failure for this notebook: report it, go on
             return student, name, _all(exercises, "error", f"grader error: {type(exc).__name__}: {exc}")
-        finally:
-            slots.put(uid)
 
     done = 0
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for fut in as_completed([pool.submit(work, j) for j in jobs]):
+        for fut in as_completed([pool.submit(work, ij) for ij in enumerate(jobs)]):
             student, name, outcomes = fut.result()
             done += 1
             with lock:

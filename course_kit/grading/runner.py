@@ -63,7 +63,8 @@ def _env(control: Path, limits: Limits) -> dict:
                HOME=str(control), COURSE_KIT_GRADE_RESULTS=str(control / "results.jsonl"),
                COURSE_KIT_SMOKE=env.get("COURSE_KIT_SMOKE", "1"), OMP_NUM_THREADS=threads,
                MKL_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MALLOC_ARENA_MAX="2",
-               PYTHONDONTWRITEBYTECODE="1", PYDEVD_DISABLE_FILE_VALIDATION="1")
+               PYTHONDONTWRITEBYTECODE="1", PYDEVD_DISABLE_FILE_VALIDATION="1",
+               COURSE_KIT_GRADE_MEMORY=str(limits.memory_bytes + (1 << 30) if limits.memory_bytes else 0))
     return env
 
 

@@ -7,9 +7,9 @@ import signal
 import time
 from pathlib import Path
 
-# Sandbox uids/gids have no passwd entry and own nothing on the system; one per worker slot, so a
-# submission can't touch another one being graded at the same time, and every process a run leaves
-# behind can be found (by uid) and killed.
+# Sandbox uids/gids have no passwd entry and own nothing on the system; one per notebook run, so a
+# submission can't touch another one (graded at the same time or later), and every process a run
+# leaves behind can be found (by uid) and killed.
 UID_BASE = 1_900_000_000
 
 
