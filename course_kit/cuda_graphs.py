@@ -100,7 +100,7 @@ def capture(fn: Callable[[], object], pool=None, warmup: int = 2) -> "torch.cuda
 
 # ----------------------------------------------------------------------------- fusion
 
-def fuse_layers(model: llama.Transformer, enable: bool = True) -> None:
+def fuse_layers(model: llama.Transformer, enable: bool = True, backend: str = "inductor") -> None:
     """Compile each transformer block with Inductor (regional compilation), or undo it.
 
     Every block has the same code and shapes, so one compiled graph per batch size serves all
@@ -109,7 +109,7 @@ def fuse_layers(model: llama.Transformer, enable: bool = True) -> None:
     """
     for layer in model.layers:
         if enable:
-            layer.compile(dynamic=False)
+            layer.compile(dynamic=False, backend=backend)
         else:
             layer._compiled_call_impl = None  # back to the eager module
     if enable:
@@ -131,8 +131,9 @@ class DecodeGraphRunner:
     """Batched decode through one captured CUDA graph per batch size.
 
     Capture happens in the constructor, before any prefill (warm-up writes into cache rows).
-    fuse=True first compiles each block with Inductor (`fuse_layers`), so the graph replays
-    fused kernels; on a CPU the step runs eagerly (`use_graphs` False).
+    fuse=True first compiles each block with Inductor (`fuse_layers`; a string names another
+    torch.compile backend), so the graph replays fused kernels; on a CPU the step runs eagerly
+    (`use_graphs` False).
     Static state: the KV cache, the input buffers `tokens`/`positions`, the sampling noise, the
     output `next_tokens`. `step()` copies a batch into the buffers (padding it to a captured
     size), fills the noise outside the graph from a seeded generator, and replays the graph.
@@ -140,7 +141,7 @@ class DecodeGraphRunner:
 
     def __init__(self, model: llama.Transformer, max_batch: int = 8, max_seq: int = 512,
                  sizes: Sequence[int] | None = None, *, temperature: float = 0.0, top_k: int = 0,
-                 top_p: float = 1.0, seed: int = 0, use_graphs: bool | None = None, fuse: bool = False,
+                 top_p: float = 1.0, seed: int = 0, use_graphs: bool | None = None, fuse: bool | str = False,
                  verbose: bool = True):
         weight = model.tok_embeddings.weight
         self.model, self.device = model, weight.device
@@ -161,9 +162,9 @@ class DecodeGraphRunner:
         self.next_tokens = torch.zeros(max_batch, dtype=torch.long, device=self.device)
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.fused = fuse
+        self.fused = bool(fuse)
         if fuse:
-            fuse_layers(model)
+            fuse_layers(model, backend=fuse if isinstance(fuse, str) else "inductor")
         if self.use_graphs:
             self.capture_all()
 

@@ -55,6 +55,21 @@ def test_sampling_runner_is_seeded(tiny):
     assert runs[0] == runs[1] and runs[0] != runs[2]
 
 
+def test_fused_blocks_compile_once_per_size_and_keep_the_tokens(tiny):
+    from torch._dynamo.utils import counters
+    prompts = [[1, 2, 3, 4], [5, 6, 7], [9]]
+    want = cg.DecodeGraphRunner(tiny, 4, 32, verbose=False).generate(prompts, 6)
+    before = counters["stats"]["unique_graphs"]
+    try:
+        got = cg.DecodeGraphRunner(tiny, 4, 32, verbose=False, fuse="aot_eager").generate(prompts, 6)
+    finally:
+        cg.fuse_layers(tiny, enable=False)
+    assert got == want
+    # one graph for the padded size 4 serves both layers; prefill ran eagerly (no graph for it)
+    if hasattr(torch.compiler, "set_stance"):  # torch >= 2.6 keeps prefill eager
+        assert counters["stats"]["unique_graphs"] - before == 1
+
+
 def test_runner_rejects_bad_sizes_and_prompts(tiny):
     with pytest.raises(ValueError, match="max_batch=2"):
         cg.DecodeGraphRunner(tiny, max_batch=2, sizes=[1, 4], verbose=False)
