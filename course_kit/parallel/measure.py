@@ -151,6 +151,8 @@ def decode_on_rank(rank: int, world_size: int, model_name: str, dtype: str, prom
     unsharded course model; larger worlds run its TP shards (shard_llama).
     """
     dev, dt = _device(), getattr(torch, dtype)
+    if dt == torch.float32:  # the token check must be true fp32, not TF32
+        torch.backends.cuda.matmul.allow_tf32 = False
     model = _build(model_name, dt, dev, seed)
     cfg = model.config
     g = torch.Generator().manual_seed(seed)

@@ -245,7 +245,9 @@ md(f"Greedy tokens of the sharded model on {WORLD} ranks equal the unsharded mod
 # step at batch 1 is the opposite: it is bound by reading the weights, which TP divides, but every
 # layer adds two all-reduces of a few KB whose *latency* does not shrink. Eager PyTorch adds the
 # launch cost of every kernel on every GPU, so TP decode needs the step captured in a CUDA graph
-# (notebook 05) to gain anything.
+# (notebook 05) to gain anything, and `torch.compile` (notebook 03) to fuse a step's many small
+# element-wise kernels, whose fixed cost TP does not divide either. The measured run times each
+# mode and compares like with like.
 
 # %%
 def speed_rows(rec, label):
