@@ -121,6 +121,8 @@ def _graph(step: Callable[[], Any]) -> Any:
         for _ in range(2):
             step()
     torch.cuda.current_stream().wait_stream(s)
+    # let earlier NCCL work finish, so NCCL's watchdog has nothing in flight during the capture
+    torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     try:  # other threads (NCCL's watchdog) may touch CUDA during capture: keep it thread-local
         ctx = torch.cuda.graph(g, capture_error_mode="thread_local")
