@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..models import llama, sampling
@@ -90,7 +91,7 @@ class ModelRunner:
                     graph = ("mixed", bucket)
                     pads = self.mixed_rows - len(rows)
                     rows += [self._pad_row(1)] * (pads - 1) + [self._pad_row(bucket - real - (pads - 1))]
-        host = self._flatten(rows)
+        host = self._flatten(rows, tiles=self.varlen and bool(many))
         batch = self._to_device(host, num_decode=len(ones) if many else len(rows))
         if many and not self.varlen:
             lo = sum(len(r[0]) for r in rows[:len(ones)])
@@ -106,13 +107,13 @@ class ModelRunner:
         bs = self.block_size
         positions = list(range(start, start + n))
         slots = [table[p // bs] * bs + p % bs for p in positions]
-        return seq.tokens[start:start + n], positions, slots, start + n, table
+        return seq.token_slice(start, n), positions, slots, start + n, table
 
     def _pad_row(self, n: int) -> tuple:
         """n tokens at position 0 in the scratch block: they attend only to themselves."""
         return [0] * n, [0] * n, [self.scratch_block * self.block_size] * n, 1, [self.scratch_block]
 
-    def _flatten(self, rows: list[tuple]) -> dict:
+    def _flatten(self, rows: list[tuple], tiles: bool) -> dict:
         tokens, positions, slots, qstart, ctx = [], [], [], [0], []
         tile_row, tile_start, tile_len = [], [], []
         for r, (toks, pos, sl, c, _) in enumerate(rows):
@@ -122,31 +123,34 @@ class ModelRunner:
             slots += sl
             qstart.append(len(tokens))
             ctx.append(c)
-            if self.varlen and sl[0] != self.scratch_block * self.block_size:   # pad rows need no tiles
+            if tiles and sl[0] != self.scratch_block * self.block_size:   # pad rows need no tiles
                 for t in range(lo, len(tokens), TILE_M):
                     tile_row.append(r)
                     tile_start.append(t)
                     tile_len.append(min(TILE_M, len(tokens) - t))
         width = max(len(r[4]) for r in rows)
-        table = [r[4] + [-1] * (width - len(r[4])) for r in rows]
+        table = np.full((len(rows), width), -1, dtype=np.int32)
+        for i, r in enumerate(rows):
+            table[i, :len(r[4])] = r[4]
         return {"tokens": tokens, "positions": positions, "slots": slots, "qstart": qstart, "ctx": ctx,
                 "tables": table, "tiles": (tile_row, tile_start, tile_len)}
 
     def _tensor(self, x, dtype):
-        t = torch.tensor(x, dtype=dtype, pin_memory=self._pin)
+        t = torch.from_numpy(x) if isinstance(x, np.ndarray) else torch.tensor(x, dtype=dtype)
+        if self._pin:
+            t = t.pin_memory()
         return t.to(self.device, non_blocking=True)
 
     def _to_device(self, h: dict, num_decode: int) -> EngineBatch:
-        tiles = None
-        if self.varlen:
-            tiles = tuple(self._tensor(x, torch.int32) for x in h["tiles"])
+        mixed = num_decode < len(h["ctx"])
+        tiles = tuple(self._tensor(x, torch.int32) for x in h["tiles"]) if self.varlen and mixed else None
         qs = h["qstart"]
         return EngineBatch(
             tokens=self._tensor(h["tokens"], torch.int64), positions=self._tensor(h["positions"], torch.int64),
             slot_mapping=self._tensor(h["slots"], torch.int64), query_start=self._tensor(qs, torch.int32),
             context_lens=self._tensor(h["ctx"], torch.int32), block_tables=self._tensor(h["tables"], torch.int32),
             max_query_len=max(b - a for a, b in zip(qs, qs[1:])), num_decode=num_decode, prefills=[],
-            tiles=tiles if (self.varlen and num_decode < len(h["ctx"])) else None)
+            tiles=tiles)
 
     # ---- model --------------------------------------------------------------------------
     @torch.inference_mode()

@@ -65,6 +65,13 @@ class Sequence:
     def tokens(self) -> list[int]:
         return self.prompt + self.output
 
+    def token_slice(self, start: int, n: int) -> list[int]:
+        """tokens[start:start + n] without building the whole list (decode steps read one token)."""
+        lp = len(self.prompt)
+        if start >= lp:
+            return self.output[start - lp:start - lp + n]
+        return (self.prompt + self.output)[start:start + n]
+
     @property
     def num_tokens(self) -> int:
         return len(self.prompt) + len(self.output)
