@@ -33,7 +33,7 @@ def instructor_notebook():
         _code('course_kit.grading.check("99.add_hidden", add)', "99.add", "hidden"),
         md("## Exercise: the first five squares"),
         _code("### BEGIN SOLUTION\nsquares = [i * i for i in range(5)]\n### END SOLUTION", "99.square", "solution", 1),
-        _code('grading.check("99.square", squares)', "99.square", "check"),
+        _code('from course_kit import grading\ngrading.check("99.square", squares)', "99.square", "check"),
         _code("assert len(squares) == 5, f'expected 5 squares, found {len(squares)}'", "99.square", "hidden"),
     ]
     nb = nbformat.v4.new_notebook(cells=cells)

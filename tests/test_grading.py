@@ -85,7 +85,7 @@ def graded(course):
         "grading = course_kit.grading\n"
         "def add(a, b):\n    return 0"
     )
-    monkeyed = fill(student, {"99.add": monkey, "99.square": SOLUTIONS["99.square"]})
+    monkeyed = fill(student, {"99.add": monkey, "99.square": "squares = [0]"})
     for c in monkeyed.cells:  # and its visible check cells edited to do nothing
         if c.get("metadata", {}).get("course_kit", {}).get("role") == "check":
             c.source = "pass"
@@ -173,6 +173,9 @@ def test_monkeypatched_check_and_edited_check_cells_still_fail(graded):
     status, points, message = _status(graded, "monkey", "99.add")
     assert (status, points) == ("failed", 0)
     assert "expected 5, found 0" in message
+    # the square check cell says `from course_kit import grading`: it too gets the private copy
+    status, points, message = _status(graded, "monkey", "99.square")
+    assert (status, points) == ("failed", 0) and "expected [0, 1, 4, 9, 16], found [0]" in message
 
 
 def test_thirty_submissions_two_workers_every_row_present(tmp_path):
