@@ -252,7 +252,8 @@ def measure_pp(rank: int, world_size: int, kind: str = "1f1b", m: int = 4, n_lay
     """Real timelines of a few steps (the last one returned), times relative to its start."""
     dev = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" \
         else torch.device("cpu")
-    stage = stage_of(build_model(n_layers, hidden, seed), rank, world_size).to(dev)
+    with torch.device(dev):  # initialised where it runs (a CPU init of a big model is slow)
+        stage = stage_of(build_model(n_layers, hidden, seed), rank, world_size)
     torch.manual_seed(seed + 1)
     x = torch.randn(batch, hidden, device=dev)
     y = torch.randn(batch, hidden, device=dev)
