@@ -32,7 +32,8 @@ P = device.defaults()
 SMOKE = P["smoke"]
 ON_GPU = P["device"] == "cuda"
 # the toy decode loop (section 5)
-LOOP = dict(batch=8, steps=12 if SMOKE else 32, hidden=256, layers=4, prep_work=1500)
+LOOP = dict(batch=8, steps=12 if SMOKE else 32, hidden=256, layers=4, prep_work=1500,
+            repeat=2 if SMOKE else 3)   # best of `repeat` runs per mode
 DEVICE_MS = 2.0                     # section 5: a "device" whose kernels take time but no host core
 # the engine (sections 6 and 7)
 ENGINE_MODEL = "smollm-135m" if ON_GPU else "tiny"
@@ -321,12 +322,16 @@ prompts = [torch.randint(0, model.config.vocab_size, (int(n),), generator=g).tol
 sp = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
 max_len = max(map(len, prompts)) + NEW_TOKENS
 base = Engine(model, max_num_seqs=ENGINE_BATCH, max_model_len=max_len).generate(prompts, sp)
+engines = {mode: AsyncEngine(model, mode=mode, max_num_seqs=ENGINE_BATCH, max_model_len=max_len)
+           for mode in ("sync", "async")}
 runs = {}
-for mode in ("sync", "async"):
-    eng = AsyncEngine(model, mode=mode, max_num_seqs=ENGINE_BATCH, max_model_len=max_len)
-    outs = eng.generate(prompts, sp)
-    assert [o.tokens for o in outs] == [o.tokens for o in base], f"{mode} differs from the sync engine"
-    runs[mode] = (eng.timing(), eng.timeline.shifted())
+for _ in range(2):                      # best of two runs per mode, alternating
+    for mode, eng in engines.items():
+        outs = eng.generate(prompts, sp)
+        assert [o.tokens for o in outs] == [o.tokens for o in base], f"{mode} differs from the sync engine"
+        t = eng.timing()
+        if mode not in runs or t["wall_s"] < runs[mode][0]["wall_s"]:
+            runs[mode] = (t, eng.timeline.shifted())
 print("async and sync outputs are token-identical to the notebook 06 engine")
 splots.gantt_pair({m: tl for m, (t, tl) in runs.items()}, f"Engine steps ({ENGINE_MODEL}, batch {ENGINE_BATCH})",
                   lanes=["cpu", "copy", "gpu"] if ON_GPU else ["cpu", "gpu"])
