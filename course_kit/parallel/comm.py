@@ -195,7 +195,11 @@ def busbw(op: str, nbytes: float, seconds: float, n: int) -> float:
 
 def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float], op: str,
                    n: int) -> tuple[float, float]:
-    """Least-squares (alpha_s, bandwidth_Bps) of collective_time through measured points."""
+    """(alpha_s, bandwidth_Bps) of collective_time through measured points.
+
+    Least squares on *relative* errors: sizes span six orders of magnitude, and plain least
+    squares would fit the largest messages only and leave alpha to chance.
+    """
     import numpy as np
     _check(op, n)
     if n < 2:
@@ -203,7 +207,8 @@ def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float], op: str,
     steps = 2 * (n - 1) if op == "all_reduce" else n - 1
     a = np.stack([np.full(len(nbytes), steps, dtype=float),
                   bus_factor(op, n) * np.asarray(nbytes, dtype=float)], axis=1)
-    (alpha, beta), *_ = np.linalg.lstsq(a, np.asarray(seconds, dtype=float), rcond=None)
+    t = np.asarray(seconds, dtype=float)
+    (alpha, beta), *_ = np.linalg.lstsq(a / t[:, None], np.ones_like(t), rcond=None)
     return float(max(alpha, 0.0)), float(1.0 / beta) if beta > 0 else float("inf")
 
 
