@@ -101,3 +101,12 @@ def test_exercise_check_accepts_cond_and_rejects_the_original_and_a_wrong_answer
             return x * 2
     with pytest.raises(AssertionError, match="peak above 1"):
         grading.check("04.exportable", AlwaysDouble)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", capture.METHODS)
+def test_every_method_captures_the_mlp_block_on_cuda(method):
+    block, x = capture.MLPBlock(64).eval().cuda(), torch.randn(8, 64, device="cuda")
+    cap = capture.capture(method, block, (x,), ({0: Dim("batch")},) if method == "export" else None)
+    ok, diff = capture.same(block(x), cap.fn(x), atol=1e-4)  # fused kernels may round differently
+    assert ok, f"{method} on CUDA: max |Δ| {diff}"
