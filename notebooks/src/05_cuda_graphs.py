@@ -42,7 +42,7 @@ RUN_COMPILE = GPU and P["size"] == "full"   # one torch.compile of the whole ste
 import torch
 
 from course_kit import bench, cuda_graphs as cg, notebook, reference
-from course_kit.models import llama
+from course_kit.models import llama, sampling
 from course_kit.notebook import md, show_source
 from course_kit.plots import cuda_graphs as cplots
 
@@ -126,6 +126,15 @@ show_source(cg.DecodeGraphRunner)
 
 # %%
 show_source(llama.Transformer.decode)
+
+# %% [markdown]
+# Sampling inside a graph cannot call `torch.multinomial` with a fresh generator state, nor look at
+# the probabilities on the host. The Gumbel-max trick needs only elementwise operations and an
+# argmax: `argmax(logits / T - log(-log(u)))` with `u` uniform picks token `i` with probability
+# `softmax(logits / T)[i]`. The runner fills `u` from a seeded generator before each replay.
+
+# %%
+show_source(sampling.sample)
 
 # %%
 model = llama.Transformer.from_preset(PRESET, seed=0, dtype=DTYPE, device=P["device"])
