@@ -154,7 +154,11 @@ def run(params: dict) -> dict:
     del fused
     cg.fuse_layers(model, enable=False)
 
+    from torch._dynamo.utils import counters
+    skips_before = counters["inductor"].get("cudagraph_skips", 0)
     ro_rows = _reduce_overhead(model, spec, device, results, preset)
+    # a skip means reduce-overhead ran without graphs (a mutated non-static input, a CPU op...)
+    summary["reduce_overhead_cudagraph_skips"] = counters["inductor"].get("cudagraph_skips", 0) - skips_before
     best = min((graph_rows[1], fused_rows[1]), key=lambda r: r["median_s"])
     summary["runner_variant"] = best["variant"]
     summary["runner_tokens_per_s_b1"] = best["tokens_per_s"]
