@@ -129,3 +129,15 @@ def test_bench_topic_runs_on_cpu_and_headline_rule():
     assert h["throughput_gain"] == pytest.approx(0.22)
     assert h["pass_async_idle_le_3pct"] and h["pass_gain_ge_0.9x_idle_removed"]
     assert async_engine.headline(rows[2:]) is None
+
+
+def test_step_by_step_without_generate(model, prompts, reference):
+    """A serving loop drives `step()` itself; the async engine must work that way too."""
+    eng = AsyncEngine(model, mode="async", max_num_seqs=3, block_size=4)
+    seqs = [eng.add_request(p, SamplingParams(max_new_tokens=10)) for p in prompts]
+    streamed = {s.request_id: [] for s in seqs}
+    while eng.has_unfinished():
+        for seq, tok in eng.step():
+            streamed[seq.request_id].append(tok)
+    assert [streamed[s.request_id] for s in seqs] == reference
+    assert [s.output for s in seqs] == reference

@@ -197,6 +197,9 @@ class AsyncEngine(Engine):
         st = _Step(k, sched, inputs, start, rows)
         prev = self._inflight
         if self.backend == "thread":
+            if self._device is None:          # step() called without generate() (a serving loop)
+                self._device = HostDevice(self.recorder, lane="gpu")
+
             def work() -> torch.Tensor:
                 prev_tokens = prev.done.result() if fill is not None else None
                 return self._device_step(inputs, fill, prev_tokens, rows_dev)
