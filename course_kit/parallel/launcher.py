@@ -57,6 +57,9 @@ def resolve_backend(backend: str, world_size: int) -> str:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n_gpu == 0:
+            raise ValueError(f"backend='nccl' needs CUDA GPUs (one per rank) and none is visible; "
+                             f"world_size={world_size} needs {world_size} GPUs; use backend='gloo'")
         if world_size > n_gpu:
             raise ValueError(
                 f"world_size={world_size} needs {world_size} GPUs (one per rank) but {n_gpu} "
