@@ -43,3 +43,15 @@ def test_gpu_small_run_has_acceptance_ratios():
     assert out["checks"]["triton"]["ok"]
     if torch.cuda.get_device_capability() >= (8, 0):
         assert out["summary"]["triton_over_flash"] > 0
+
+
+def test_backward_case_checks_then_times_under_the_interpreter():
+    pytest.importorskip("triton")
+    if torch.cuda.is_available():
+        pytest.skip("the gpu run covers it")
+    shape = {"batch": 1, "heads": 1, "seq_len": 32, "head_dim": 32, "causal": True}
+    check, rows = topic.backward_case(torch.device("cpu"), torch.bfloat16, shape, repeat=1, check_len=40)
+    assert check["ok"], check
+    assert isinstance(check["max_rel_grad_err"]["sdpa flash"], float)       # CPU flash has a backward
+    assert {r["variant"] for r in rows} >= {"triton fwd+bwd", "sdpa flash fwd+bwd"}
+    assert all(r["tflops"] > 0 for r in rows)

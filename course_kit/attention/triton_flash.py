@@ -129,7 +129,7 @@ def _flash_fwd_kernel(Q, K, V, O, LSE,
                       stride_kb, stride_kh, stride_ks,
                       stride_vb, stride_vh, stride_vs,
                       stride_ob, stride_oh, stride_os,
-                      n_q_heads, group, seq_q, seq_k, qk_scale, seq_bucket,
+                      n_q_heads, group, seq_q, seq_k, qk_scale, seq_bucket, bh_bucket,
                       HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       CAUSAL: tl.constexpr, USE_DESC: tl.constexpr, DOT_F32: tl.constexpr):
     # -- which tile am I? -----------------------------------------------------------------------
@@ -218,20 +218,28 @@ def _prune_configs(configs, named_args, **kwargs):
     """Every config compiles and is timed once per key, so try only the plausible ones.
 
     Hopper and newer have the shared memory and the warpgroup MMA that want BLOCK_M=128 over two
-    warpgroups (8 warps; with 4 warps a 128 x 128 fp32 accumulator spills registers). Older or
-    smaller GPUs (a T4 has 64 KiB of shared memory per SM) keep the small tiles as well.
+    warpgroups (8 warps; with 4 warps a 128 x 128 fp32 accumulator spills registers). Short
+    sequences also try BLOCK_M=64, whose twice as many programs fill the SMs better. Older or
+    smaller GPUs (a T4 has 64 KiB of shared memory per SM) keep every config.
     """
     if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0):
-        return [c for c in configs if c.kwargs["BLOCK_M"] == 128 and c.num_warps == 8]
+        short = named_args.get("seq_bucket", 0) <= 2048
+        return [c for c in configs if (c.kwargs["BLOCK_M"] == 128 and c.num_warps == 8)
+                or (short and c.kwargs["BLOCK_M"] == 64 and c.kwargs["BLOCK_N"] == 64)]
     return configs
 
 
 def seq_bucket(seq_len: int) -> int:
-    """Autotune key for the length: the best tile hardly changes with S, so tune once per bucket."""
-    return 0 if seq_len <= 2048 else 1
+    """Autotune key for the length: the next power of two (capped), so 1000 and 1024 share a tuning."""
+    return min(triton.next_power_of_2(max(1, seq_len)), 16384)
 
 
-_flash_fwd_tuned = triton.autotune(configs=_CONFIGS, key=["seq_bucket", "HEAD_DIM", "CAUSAL", "USE_DESC"],
+def bh_bucket(batch_heads: int) -> int:
+    """Autotune key for batch x heads, which sets how many programs there are to fill the SMs."""
+    return min(triton.next_power_of_2(max(1, batch_heads)), 256)
+
+
+_flash_fwd_tuned = triton.autotune(configs=_CONFIGS, key=["seq_bucket", "bh_bucket", "HEAD_DIM", "CAUSAL", "USE_DESC"],
                                    prune_configs_by={"early_config_prune": _prune_configs})(_flash_fwd_kernel)
 
 _descriptor_failed: str | None = None   # set when a descriptor launch fails, so "auto" stops trying
@@ -310,7 +318,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     args = (q, k, v, out, lse,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
-            n_q_heads, n_q_heads // k.shape[1], seq_q, seq_k, scale * LOG2E, seq_bucket(max(seq_q, seq_k)))
+            n_q_heads, n_q_heads // k.shape[1], seq_q, seq_k, scale * LOG2E,
+            seq_bucket(max(seq_q, seq_k)), bh_bucket(batch * n_q_heads))
 
     def launch(desc: bool) -> None:
         if desc and q.is_cuda and hasattr(triton, "set_allocator"):
@@ -338,11 +347,12 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     return (out, lse) if return_lse else out
 
 
-def chosen_config(causal: bool, head_dim: int, loader: str = "pointer", seq_len: int = 4096) -> dict | None:
-    """The autotuner's pick for these flags and length (None before any autotuned GPU run)."""
-    wanted = (seq_bucket(seq_len), head_dim, causal, loader == "descriptor")
+def chosen_config(causal: bool, head_dim: int, loader: str = "pointer", seq_len: int = 4096,
+                  batch_heads: int = 64) -> dict | None:
+    """The autotuner's pick for these flags and shape (None before any autotuned GPU run)."""
+    wanted = (seq_bucket(seq_len), bh_bucket(batch_heads), head_dim, causal, loader == "descriptor")
     for key, cfg in getattr(_flash_fwd_tuned, "cache", {}).items():
-        # the key is (seq_bucket, HEAD_DIM, CAUSAL, USE_DESC, then the arguments' dtypes)
-        if tuple(key[:4]) == wanted:
+        # the key is (seq_bucket, bh_bucket, HEAD_DIM, CAUSAL, USE_DESC, then the arguments' dtypes)
+        if tuple(key[:5]) == wanted:
             return {**cfg.kwargs, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     return None

@@ -113,6 +113,7 @@ def measure_case(name: str, fn: Callable, shape: dict, dtype: torch.dtype, dev: 
 
     def run() -> dict:
         sets = [_inputs(b, h, h, s, d, dtype, dev, seed=10 + i) for i in range(2)]
+        fn(*sets[0], causal)   # first call apart: autotuning's scratch buffers are not the kernel's memory
         peak = naive.peak_memory(lambda: fn(*sets[0], causal), dev)
         slow = name in SLOW
         t = bench.timeit(lambda q, k, v: fn(q, k, v, causal), warmup=1 if slow else 3,
@@ -167,11 +168,52 @@ def summarise(results: list[dict], checks: dict, acceptance: dict) -> dict:
             from ..attention import triton_flash
             summary["triton_config"] = triton_flash.chosen_config(
                 True, acceptance["head_dim"], "descriptor" if best == "triton (TMA)" else "pointer",
-                acceptance["seq_len"])
+                acceptance["seq_len"], acceptance["batch"] * acceptance["heads"])
             summary["descriptor_fallback"] = triton_flash._descriptor_failed
         except ImportError:
             pass
     return summary
+
+
+def backward_case(dev: torch.device, dtype: torch.dtype, shape: dict, repeat: int,
+                  check_len: int = 1000) -> tuple[dict, list[dict]]:
+    """The stretch goal: Triton's backward checked against float64 and SDPA, then fwd+bwd timed."""
+    from ..attention import triton_flash_bwd
+    peers = {"triton": lambda q, k, v: triton_flash_bwd.flash_attention_trainable(q, k, v, causal=True)}
+    for name in ("flash", "cudnn"):
+        peers[f"sdpa {name}"] = (lambda b: lambda q, k, v: sdpa_backends.sdpa(q, k, v, backend=b, causal=True))(name)
+    # correctness on a ragged GQA shape
+    q, k, v = _inputs(1, 8, 2, check_len, shape["head_dim"], dtype, dev, seed=5)
+    do = torch.randn_like(q)
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    naive.naive_attention(*leaves, causal=True).backward(do.double())
+    check: dict = {}
+    for name, fn in peers.items():
+        try:
+            xs = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+            fn(*xs).backward(do)
+            check[name] = max(((x.grad.double() - r.grad).abs().max() / r.grad.abs().max()).item()
+                              for x, r in zip(xs, leaves))
+        except Exception as exc:  # noqa: BLE001 - a backend without a backward here: leave it out
+            check[name] = f"{type(exc).__name__}: {exc}"[:200]
+    ok = isinstance(check.get("triton"), float) and check["triton"] <= 3e-2
+    rows = []
+    b, h, s, d = shape["batch"], shape["heads"], shape["seq_len"], shape["head_dim"]
+    for name, fn in peers.items():
+        if not isinstance(check.get(name), float) or (name == "triton" and not ok):
+            continue
+        sets = []
+        for i in range(2):
+            xs = [t.requires_grad_() for t in _inputs(b, h, h, s, d, dtype, dev, seed=20 + i)]
+            sets.append((*xs, torch.randn_like(xs[0])))
+
+        def step(q, k, v, do, fn=fn):
+            fn(q, k, v).backward(do)
+        t = bench.timeit(step, warmup=2, repeat=max(3, repeat // 2), inputs=sets, device=dev)
+        flops = 3.5 * naive.attention_flops(b, h, s, s, d, causal=True)   # bwd does 2.5x the forward's matmuls
+        rows.append({"variant": f"{name} fwd+bwd", **shape, "dtype": str(dtype).replace("torch.", ""),
+                     "pass": "fwd+bwd", "median_s": t.median_s, "tflops": flops / t.median_s / 1e12})
+    return {"ok": ok, "max_rel_grad_err": check}, rows
 
 
 @bench.topic("attention", help="naive, tiled, Triton flash attention and SDPA backends: TFLOP/s and memory")
@@ -205,7 +247,19 @@ def run(params: dict) -> dict:
     for name, sh in bench.progress(cases, desc="attention"):
         results.append(measure_case(name, good[name], sh, dtype, dev, cfg["repeat"]))
 
+    summary = summarise(results, checks, acceptance)
+    bwd_rows: list[dict] = []
+    if "triton" in good and dev.type == "cuda" and params.get("backward", True):
+        bwd_check, bwd_rows = backward_case(dev, dtype, acceptance, cfg["repeat"])
+        checks["triton backward"] = bwd_check
+        summary["backward_check_passed"] = bwd_check["ok"]
+        fb = {r["variant"]: r["tflops"] for r in bwd_rows}
+        if "triton fwd+bwd" in fb and fb.get("sdpa flash fwd+bwd"):
+            summary["fwd_bwd_triton_over_flash"] = fb["triton fwd+bwd"] / fb["sdpa flash fwd+bwd"]
+
     params_out = {"size": size, "device": str(dev), "dtype": str(dtype).replace("torch.", ""), **cfg,
                   "acceptance": acceptance, "variants": list(fns)}
-    return {"params": params_out, "results": results, "summary": summarise(results, checks, acceptance),
-            "checks": checks}
+    out = {"params": params_out, "results": results, "summary": summary, "checks": checks}
+    if dev.type == "cuda" and params.get("backward", True) and "triton" in good:
+        out["backward"] = bwd_rows     # fwd+bwd rows kept apart: they have no memory or roofline figures
+    return out

@@ -210,9 +210,9 @@ aplots.causal_tiles_figure(1000, 128, 64)
 # - causal work is split into an **unmasked** loop and a short **masked** one, and the heaviest
 #   query blocks are launched first;
 # - K/V heads are shared by groups of query heads (**GQA**), by index arithmetic only;
-# - a short **autotune** list (BLOCK_M = 128, BLOCK_N = 64/128, 8 warps, 3-4 stages on Hopper) is
-#   tried once per (length bucket, head dim, causal, loader). Under the interpreter one fixed
-#   configuration is used.
+# - a short **autotune** list (BLOCK_M = 128, BLOCK_N = 64/128, 8 warps, 3-4 stages on Hopper;
+#   BLOCK_M = 64 too for short sequences) is tried once per (length, batch x heads, head dim,
+#   causal, loader) bucket. Under the interpreter one fixed configuration is used.
 
 # %%
 show_source(triton_flash._attend_blocks.fn)
@@ -256,6 +256,39 @@ if checks:
        f"**{max(c['max_abs_err'] for c in checks):.1e}**; bf16 keeps 8 significant bits, so about 4e-3 "
        f"relative per rounding).")
 
+# %% [markdown]
+# ### The backward pass
+#
+# Training needs gradients. The forward stored only `O` and each row's log-sum-exp `L`, not `P`,
+# so the backward recomputes `P = exp(Q Kᵀ·scale - L)` tile by tile and applies the softmax
+# Jacobian: `dV = Pᵀ dO`, `dS = P ∘ (dO Vᵀ - Δ)` with `Δ = rowsum(dO ∘ O)`, `dQ = dS K·scale`,
+# `dK = dSᵀ Q·scale`. One kernel owns a key block and sums dK, dV over the query blocks (and the
+# query heads of its GQA group); another owns a query block and sums dQ: no atomics. It is written
+# for clarity, not speed.
+
+# %%
+from course_kit.attention import triton_flash_bwd
+
+show_source(triton_flash_bwd._p_and_ds.fn)
+
+# %%
+if ok_triton:
+    n = 1000 if DEVICE == "cuda" else 40
+    half = torch.bfloat16 if DEVICE == "cpu" or device.capabilities().bf16_tensor_cores else torch.float16
+    q, k, v = (t.detach() for t in qkv(n, 64, 1, 4, 2, dtype=half, seed=7))
+    do = torch.randn_like(q)
+    leaves = {name: [t.clone().requires_grad_() for t in (q, k, v)] for name in ("triton", "sdpa")}
+    triton_flash_bwd.flash_attention_trainable(*leaves["triton"], causal=True).backward(do)
+    sdpa_backends.sdpa(*leaves["sdpa"], causal=True).backward(do)
+    exact = [t.double().requires_grad_() for t in (q, k, v)]
+    naive.naive_attention(*exact, causal=True).backward(do.double())
+    rel = {name: max(((t.grad.double() - e.grad).abs().max() / e.grad.abs().max()).item()
+                     for t, e in zip(ts, exact)) for name, ts in leaves.items()}
+    md(f"Gradients dQ, dK, dV for S = {n}, causal, GQA 4 query heads on 2 K/V heads, {str(half).replace('torch.', '')}: "
+       f"largest error relative to float64 **{rel['triton']:.1e}** for the Triton backward, "
+       f"**{rel['sdpa']:.1e}** for SDPA's own backward.")
+
+# %%
 # %% [markdown]
 # ## 5. PyTorch's SDPA backends, and which GPU has which
 #
@@ -346,6 +379,16 @@ if ref:
 else:
     display_fig = None
 display_fig
+
+# %%
+bwd = (own if DEVICE == "cuda" else ref or {}).get("backward")
+if bwd:
+    fb = {r["variant"]: r for r in bwd}
+    md("Forward + backward at the acceptance shape (FLOPs: 3.5x the forward's): " + "; ".join(
+        f"**{name}** {r['tflops']:.0f} TFLOP/s" for name, r in fb.items())
+       + ". The backward here is the plain one of this notebook; FlashAttention-2's is tuned far harder.")
+else:
+    print("No forward+backward timings recorded (they are measured on a GPU).")
 
 # %% [markdown]
 # ### On the roofline of notebook 00
