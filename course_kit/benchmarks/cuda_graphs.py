@@ -19,6 +19,7 @@ import time
 import torch
 
 from .. import bench, cuda_graphs as cg
+from .. import device as device_info
 from ..models import llama
 from .model import build, free, hf_generate_tokens_per_s, weight_bytes
 
@@ -101,7 +102,7 @@ def run(params: dict) -> dict:
     spec = {**SIZES[size], **{k: v for k, v in params.items() if k in SIZES["full"]}}
     device = params.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
     gpu = device == "cuda"
-    dtype = (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if gpu else torch.float32
+    dtype = device_info.capabilities().preferred_dtype() if gpu else torch.float32  # fp16 on a T4
     results: list[dict] = []
     summary: dict = {"dtype": str(dtype).replace("torch.", "")}
 

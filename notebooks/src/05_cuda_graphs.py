@@ -48,7 +48,7 @@ from course_kit.plots import cuda_graphs as cplots
 
 if not GPU:
     torch.set_num_threads(1)  # tiny tensors: one thread avoids contention on a shared CPU
-DTYPE = (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if GPU else torch.float32
+DTYPE = P["dtype"]   # bf16 on sm_80+, fp16 on a T4 (whose bf16 is emulated), fp32 on a CPU
 REF = reference.load("cuda_graphs")   # the H200 record (None until it has been recorded)
 print(f"model {PRESET} in {DTYPE} on {P['device']}; H200 record: {'yes' if REF else 'not yet'}")
 
