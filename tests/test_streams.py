@@ -110,10 +110,15 @@ def test_gpu_concurrency_and_races():
     c = gpu.concurrency_demo(n_streams=4, kind="spin", kernel_ms=2.0)
     assert c["speedup"] > 2.0, c["speedup"]  # 4 one-thread kernels overlap on separate streams
     legacy = gpu.legacy_default_stream_demo(kernel_ms=2.0)
-    free = legacy["non-blocking streams (PyTorch's)"]["ms"]
-    assert free < 3.0, free                     # A and B overlap: about one kernel's time
+    tl = legacy["non-blocking streams (PyTorch's)"]["timeline"]
+    a, b = tl.on("stream A")[0], tl.on("stream B")[0]
+    assert b.start_s < a.end_s                  # non-blocking: B started while A still ran
     if legacy["blocking_available"]:
-        assert legacy["blocking streams (cudaStreamCreate)"]["ms"] > 1.6 * free
+        tl = legacy["blocking streams (cudaStreamCreate)"]["timeline"]
+        a, b = tl.on("stream A")[0], tl.on("stream B")[0]
+        assert b.start_s >= a.end_s - 1e-5      # blocking: the default-stream op serialised them
+        assert legacy["blocking streams (cudaStreamCreate)"]["ms"] > 1.6 * legacy[
+            "non-blocking streams (PyTorch's)"]["ms"]
     w = gpu.missing_wait_demo()
     assert not w["racy (no wait)"]["correct"]
     assert w["fixed (wait_event)"]["correct"] and w["fixed (wait_stream)"]["correct"]
