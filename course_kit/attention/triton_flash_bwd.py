@@ -128,7 +128,10 @@ def flash_attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     lse = lse.contiguous()
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     interp = interpreting()
-    bm = bn = 32 if interp else 64
+    # 64 x 64 tiles; 32 x 32 under the interpreter (faster there) and before sm_80 (a T4 has 64 KiB
+    # of shared memory per SM, which the larger tiles of head dim 128 would overflow)
+    small = interp or torch.cuda.get_device_capability(q.device) < (8, 0)
+    bm = bn = 32 if small else 64
     warps = 8 if head_dim >= 128 else 4
     common = dict(HEAD_DIM=head_dim, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, DOT_F32=interp,
                   num_warps=warps, num_stages=2)

@@ -401,11 +401,13 @@ else:
 # %%
 record = own if DEVICE == "cuda" else ref
 roof = reference.load("roofline", reference.gpu_slug()) if DEVICE == "cuda" else reference.load("roofline")
+fig = None
 if record:
-    aplots.attention_roofline(record["results"], record["summary"]["acceptance_shape"], roof,
-                              peaks=device.peaks((record.get("environment") or {}).get("gpu")))
-else:
-    print("No GPU record to place on the roofline yet.")
+    fig = aplots.attention_roofline(record["results"], record["summary"]["acceptance_shape"], roof,
+                                    peaks=device.peaks((record.get("environment") or {}).get("gpu")))
+if fig is None:
+    print("No GPU record (or roofline) to place the kernels on yet.")
+fig
 
 # %% [markdown]
 # ## Exercises
