@@ -1,0 +1,510 @@
+# %% [markdown]
+# # 01 · Number formats: range, precision, overflow and memory
+#
+# Every speed-up of modern training and inference leans on smaller number formats: bf16 and fp16
+# instead of fp32, fp8 on Hopper, int8 and int4 for weights. Each of them trades *range* (how large
+# and how small a value can be) and *precision* (how many significant bits it keeps) for bytes and
+# tensor-core throughput. This notebook takes the formats apart bit by bit, lets you push a value
+# until it overflows or underflows, shows which operations break first, and measures what the
+# smaller formats buy in memory and in matmul speed.
+#
+# {{BADGES}}
+#
+# **What you will learn**
+# - the bit layout of fp32, tf32, bf16, fp16, fp8 (e4m3fn, e5m2), int8 and int4, and the limits that
+#   follow from it (checked against `torch.finfo` and the published IEEE 754 and OCP fp8 tables);
+# - what happens when a value does not fit: rounding, subnormals, flush to zero, overflow to inf,
+#   saturation, NaN (and what *your* PyTorch does with fp8 e4m3fn beyond 448);
+# - where fp16 overflows and bf16 does not, and where bf16 loses precision that fp16 keeps;
+# - int8 and int4 quantisation: symmetric or asymmetric, per tensor or per channel, and its error;
+# - how much memory a model needs for inference and for training, and per GPU under tensor
+#   parallelism;
+# - the matmul throughput of each format on a GPU.
+
+# %%
+{{SETUP}}
+
+# %% [markdown]
+# ## Parameters
+# `COURSE_KIT_SMOKE=1` (CI) and CPUs use small sizes; the matmul benchmark runs at full size only on
+# a large GPU.
+
+# %% {"tags": ["parameters"]}
+P = device.defaults()
+N_RANDOM = 2_000 if P["smoke"] else 200_000      # random values compared against torch's casts
+QUANT_SHAPE = (64, 256) if P["smoke"] else (1024, 4096)   # the weight matrix we quantise
+RUN_GPU_BENCH = P["device"] == "cuda"            # measure matmul throughput live on a GPU
+
+# %%
+import math
+
+import plotly.graph_objects as go
+import torch
+
+from course_kit import dtypes, memory, notebook, reference
+from course_kit.benchmarks import dtypes as bench_dtypes
+from course_kit.dtypes import ops
+from course_kit.notebook import md, show_source
+from course_kit.plots import dtypes as dplots
+from course_kit.plots import memory as mplots
+from course_kit.widgets.dtypes import OpExplorer, OverflowExplorer
+from course_kit.widgets.memory import MemoryEstimator
+
+P
+
+# %% [markdown]
+# ## 1. The formats, from their bits
+#
+# A floating-point number is stored as a **sign** bit `s`, an **exponent** field `e` of `E` bits
+# and a **mantissa** (fraction) field `m` of `M` bits. With the bias `B = 2^(E-1) - 1`:
+#
+# - a *normal* number (`0 < e < all ones`) is `(-1)^s × 1.m × 2^(e - B)`: `M + 1` significant bits;
+# - a *subnormal* number (`e = 0`) is `(-1)^s × 0.m × 2^(1 - B)`: it fills the gap down to zero
+#   with fewer significant bits;
+# - `e = all ones` encodes inf (`m = 0`) and NaN (`m ≠ 0`) in the IEEE-style formats. fp8 **e4m3fn**
+#   ("finite") gives that exponent to ordinary numbers instead and keeps only `S.1111.111` for NaN,
+#   so it has no infinity and its max is `1.75 × 2^8 = 448`.
+#
+# So the exponent width sets the **range**, the mantissa width the **precision** (`eps = 2^-M`,
+# the gap between 1 and the next number). Every limit in `course_kit.dtypes` is derived from the
+# widths, not typed in:
+
+# %%
+show_source(dtypes.Format)
+
+# %%
+rows = [dtypes.FORMATS[n].limits() for n in dtypes.FORMAT_NAMES]
+cols = ["format", "bits", "sign", "exponent", "mantissa", "bias", "max", "smallest normal",
+        "smallest subnormal", "eps", "inf"]
+fmt_cell = lambda v: "—" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+fig = go.Figure(go.Table(header=dict(values=cols),
+                         cells=dict(values=[[fmt_cell(r[c]) for r in rows] for c in cols])))
+fig.update_layout(height=330, margin=dict(t=10, b=10))
+fig
+
+# %% [markdown]
+# The derivation agrees with PyTorch's own `torch.finfo` for every format torch has:
+
+# %%
+agree = {}
+for name in dtypes.FORMAT_NAMES:
+    f = dtypes.FORMATS[name]
+    if f.kind == "float" and f.torch_dtype is not None:
+        fi = torch.finfo(f.torch_dtype)
+        agree[name] = (f.max, f.smallest_normal, f.eps) == (fi.max, fi.smallest_normal, fi.eps)
+assert all(agree.values()), agree
+md("`torch.finfo` agrees on max, smallest normal and eps for: "
+   + ", ".join(f"**{k}**" for k in agree) + ".")
+
+# %%
+dplots.range_figure()
+
+# %%
+f16, b16, e4, e5 = (dtypes.FORMATS[k] for k in ("fp16", "bf16", "fp8_e4m3fn", "fp8_e5m2"))
+md(f"bf16 has fp32's 8 exponent bits, so its max is **{b16.max:.3g}** against fp16's "
+   f"**{f16.max:.0f}**; fp16 pays for its range with precision: eps **{f16.eps:.2g}** against "
+   f"bf16's **{b16.eps:.2g}** ({b16.eps / f16.eps:.0f}x coarser). The two fp8 formats make the "
+   f"same trade at 8 bits: e4m3fn reaches **{e4.max:.0f}** with eps {e4.eps}, e5m2 reaches "
+   f"**{e5.max:.0f}** with eps {e5.eps}.")
+
+# %% [markdown]
+# ## 2. Rounding exactly as PyTorch does
+#
+# `dtypes.classify(x, format)` stores `x` in a format and says what happened. Where torch has the
+# dtype, the rounding **is** torch's own cast (`tensor.to(dtype)`), so the explorer below can never
+# disagree with torch. tf32 (a tensor-core input format with no torch dtype) is rounded from fp32
+# by integer arithmetic on the bits, and integers use a scale of 1 (round half to even, then
+# saturate, which is what `torch.fake_quantize_per_tensor_affine` does).
+
+# %%
+show_source(dtypes.classify)
+
+# %%
+show_source(dtypes.tf32_round_bits)
+
+# %% [markdown]
+# The possible outcomes: **exact**; **rounded** (to the nearest representable value, ties to the
+# even mantissa); **underflow to subnormal** (stored below the smallest normal, with fewer
+# significant bits); **flushed to zero**; **overflow to inf**; **saturated** (clamped to ±max where
+# rounding would have gone beyond it); **NaN**. Some edge cases in every format:
+
+# %%
+probe = [1.0, 0.1, 1 + 2 ** -8, 300.0, 464.0, 500.0, 65520.0, 1e5, 1e39, 1e-6, 1e-8, 1e-40]
+table = {name: [dtypes.classify(x, name) for x in probe] for name in dtypes.FORMAT_NAMES}
+fig = go.Figure(go.Table(
+    header=dict(values=["x"] + list(table)),
+    cells=dict(values=[[f"{x:.6g}" for x in probe]] + [
+        [f"{r.stored:.5g}<br><i>{r.outcome}</i>" for r in rs] for rs in table.values()])))
+fig.update_layout(height=560, margin=dict(t=10, b=10))
+fig
+
+# %% [markdown]
+# ### What does PyTorch do with fp8 e4m3fn beyond 448?
+#
+# e4m3fn has no infinity, so an overflowing cast must produce either NaN or the max. The OCP
+# specification allows both (a "saturating" and a "non-saturating" mode), and PyTorch has changed
+# its answer over time: older releases returned NaN for magnitudes above 464 (and for inf), newer
+# ones saturate to ±448. Rather than trust a table, ask the torch you are running:
+
+# %%
+beyond = [448.0, 464.0, 465.0, 480.0, 1e4, math.inf, -1e4, math.nan]
+got = torch.tensor(beyond, dtype=torch.float32).to(torch.float8_e4m3fn)
+bits = got.view(torch.uint8).tolist()
+for x, v, b in zip(beyond, got.float().tolist(), bits):
+    print(f"{x:>8} -> {v:>6}   bits {b:08b}   {dtypes.classify(x, 'fp8_e4m3fn').outcome}")
+
+# %%
+v1e4 = got.float().tolist()[4]
+vinf = got.float().tolist()[5]
+mode = "saturates to ±448" if v1e4 == 448.0 else "returns NaN"
+md(f"On this machine (torch **{torch.__version__}**), casting 10000 to e4m3fn gives "
+   f"**{v1e4}** and casting inf gives **{vinf}**: this PyTorch **{mode}** beyond the range. "
+   f"464 is exactly halfway between 448 and the next step (480, which would be the NaN pattern); "
+   f"the tie goes to the even mantissa, 448, so it is an ordinary rounding in every version. "
+   f"Either way the lesson is the same: scale fp8 tensors so that they never get near the max.")
+
+# %% [markdown]
+# The explorer's values are torch's; here is the check over many random values of every magnitude,
+# compared bit for bit with independent casts:
+
+# %%
+g = torch.Generator().manual_seed(0)
+xs = torch.randn(N_RANDOM, generator=g) * torch.exp2(torch.randint(-50, 50, (N_RANDOM,), generator=g).float())
+mismatches = {}
+for name in ["bf16", "fp16", "fp8_e4m3fn", "fp8_e5m2"]:
+    f = dtypes.FORMATS[name]
+    ours = dtypes.round_to(xs, name)
+    theirs = xs.to(f.torch_dtype).double()
+    mismatches[name] = int((~((ours == theirs) | (ours.isnan() & theirs.isnan()))).sum())
+assert not any(mismatches.values()), mismatches
+md(f"{N_RANDOM:,} random values per format: **{sum(mismatches.values())} mismatches** with torch.")
+
+# %% [markdown]
+# ## 3. The overflow explorer
+#
+# Drag the magnitude slider (log scale, 1e-10 to 1e40), flip the sign, pick the format whose bits
+# you want to see. For every format the table shows the stored value, the bit pattern coloured by
+# field (<span style="color:#d62728">sign</span>, <span style="color:#1f77b4">exponent</span>,
+# <span style="color:#2ca02c">mantissa</span>), the relative error and the outcome. The figure marks
+# `|x|` (dashed) and each format's stored value (diamonds, coloured by outcome) on the ranges.
+#
+# **How it is drawn, and why.** Each change builds an ordinary plotly figure and redraws it inside
+# an ipywidgets `Output` widget. Plotly's `FigureWidget` would update in place, but in JupyterLab 4
+# it needs the `anywidget` package, and on Colab it needs a custom widget manager; a plain figure in
+# an `Output` widget renders with plotly's normal renderers everywhere. **On Colab** the same path
+# is used: the cell below enables Colab's custom widget manager (Colab needs it for ipywidgets 8)
+# and plotly picks its `colab` renderer by itself. The callbacks are plain methods, so the course's
+# tests drive them without a browser (and one test drives them in a real browser).
+
+# %%
+if device.on_colab():
+    from google.colab import output
+    output.enable_custom_widget_manager()
+
+# %%
+show_source(OverflowExplorer.update)
+
+# %%
+explorer = OverflowExplorer(value=300.0, fmt="fp8_e4m3fn")
+explorer
+
+# %% [markdown]
+# The explorer is a Python object: what it shows for a value can be read back. Setting the slider
+# from code does exactly what dragging it does:
+
+# %%
+explorer.slider.value = 7e4
+md("At x = 70,000: " + "; ".join(f"**{r.format}** {r.outcome}" for r in explorer.results) + ".")
+
+# %% [markdown]
+# ## 4. Operations: overflow in fp16, lost precision in bf16
+#
+# A single value that fits can still produce one that does not. Four operations, each computed in
+# the format itself (every intermediate rounded, as the hardware does) and compared with float64:
+# `x²`, `exp(x)`, a running **sum** of `n` copies of `x`, and a naive **softmax** of `n` logits
+# spread over `[0, x]` (largest probability shown).
+
+# %%
+show_source(ops.evaluate)
+
+# %%
+ops_explorer = OpExplorer(op="exp", x=12.0)
+ops_explorer
+
+# %%
+exp_fp16 = ops.evaluate("exp", 12.0, "fp16")
+exp_bf16 = ops.evaluate("exp", 12.0, "bf16")
+sum_bf16 = ops.evaluate("sum", 1.0, "bf16", n=1000)
+sum_fp16 = ops.evaluate("sum", 1.0, "fp16", n=1000)
+sm = {f: ops.evaluate("softmax", 30.0, f, n=16) for f in ops.OP_FORMATS}
+md(f"- **Range:** exp(12) is {exp_fp16.reference:,.0f}; fp16 gives **{exp_fp16.value}** "
+   f"({exp_fp16.outcome}), bf16 gives **{exp_bf16.value:,.0f}** (relative error "
+   f"{exp_bf16.rel_error:.1e}). A naive softmax over logits spread to 30 gives "
+   f"**{sm['fp16'].value}** in fp16 (exp overflowed, then inf/inf), **{sm['bf16'].value:.3f}** in "
+   f"bf16, against {sm['fp32'].reference:.3f}. `torch.softmax` subtracts the max first and avoids it.\n"
+   f"- **Precision:** adding 1.0 a thousand times gives **{sum_bf16.value:.0f}** in bf16 but "
+   f"**{sum_fp16.value:.0f}** in fp16. bf16 has 8 significant bits: once the sum reaches 256, "
+   f"adding 1 is a tie at half a unit in the last place and rounds back to 256. This is why "
+   f"reductions (sums, norms, softmax denominators, optimizer updates) accumulate in fp32.")
+
+# %%
+dplots.ops_figure("sum", 1.0, 1000)
+
+# %% [markdown]
+# ## 5. int8 and int4 quantisation
+#
+# Integers have no exponent: a tensor is stored as integer codes `q` and a **scale** (and, for
+# asymmetric schemes, a **zero point**): `x ≈ (q - zero_point) × scale`. Symmetric scales map
+# `max|x|` to the largest code; asymmetric ones map `[min x, max x]` onto the whole code range.
+# One scale per tensor is cheapest; one per output channel (row) follows rows of very different
+# magnitude, which real weight matrices have.
+
+# %%
+show_source(dtypes.quantize)
+
+# %%
+g = torch.Generator().manual_seed(1)
+W = torch.randn(*QUANT_SHAPE, generator=g) * torch.logspace(-1.5, 0.5, QUANT_SHAPE[0]).unsqueeze(1)
+W[0, 0] = 12.0      # one outlier, as in real LLM weights
+schemes = [(b, s, ax) for b in (8, 4) for s in (True, False) for ax in (None, 0)]
+qres = [dtypes.quantize(W, b, symmetric=s, axis=ax) for b, s, ax in schemes]
+fig = go.Figure(go.Bar(x=[r.scheme for r in qres], y=[r.rel_error for r in qres],
+                       text=[f"{r.sqnr_db:.1f} dB" for r in qres], textposition="outside"))
+fig.update_layout(title=f"Quantisation error of a {QUANT_SHAPE[0]}x{QUANT_SHAPE[1]} weight matrix "
+                  "(bar: ||W - Ŵ|| / ||W||, label: SQNR)", yaxis_type="log", height=420,
+                  yaxis_title="relative error")
+fig
+
+# %%
+best8 = min((r for r in qres if r.bits == 8), key=lambda r: r.rel_error)
+worst4 = max((r for r in qres if r.bits == 4), key=lambda r: r.rel_error)
+pt8 = next(r for r in qres if r.bits == 8 and r.symmetric and r.axis is None)
+pc8 = next(r for r in qres if r.bits == 8 and r.symmetric and r.axis == 0)
+md(f"Per-channel scales cut the int8 error from **{pt8.rel_error:.2%}** to **{pc8.rel_error:.2%}**: "
+   f"the outlier no longer sets the step size of every row. The best int8 scheme here is "
+   f"*{best8.scheme}* ({best8.sqnr_db:.1f} dB); the worst int4 scheme, *{worst4.scheme}*, loses "
+   f"**{worst4.rel_error:.1%}** of the signal, which is why int4 schemes use small groups of "
+   f"weights per scale.")
+
+# %% [markdown]
+# ## 6. Memory: what a model needs
+#
+# Inference needs the weights (and a KV cache, notebook 06). Training needs much more: gradients,
+# optimizer state, and activations. With Adam in mixed precision (the ZeRO paper's accounting)
+# every parameter costs 2 bytes of bf16/fp16 weights, 2 of gradients, 4 of fp32 master weights and
+# 4 + 4 of fp32 moments: **16 bytes per parameter**, before any activation.
+
+# %%
+show_source(memory.training_bytes)
+
+# %%
+n7 = 7e9
+weights7 = {d: {"weights": memory.weights_bytes(n7, d)} for d in ("fp32", "bf16", "int8", "int4")}
+train7 = {"fp32 Adam": memory.training_bytes(n7, mixed=False),
+          "mixed-precision Adam": memory.training_bytes(n7, mixed=True)}
+mplots.breakdown_figure({**{f"weights {d}": v for d, v in weights7.items()},
+                         **{f"train, {k}": v for k, v in train7.items()}},
+                        title="A 7B-parameter model", capacity_gb=80, capacity_label="H100 / A100 80GB")
+
+# %%
+md("For 7 billion parameters: weights take " + ", ".join(
+    f"**{v['weights'] / memory.GB:g} GB** in {d}" for d, v in weights7.items())
+   + f"; training with mixed-precision Adam needs **{sum(train7['mixed-precision Adam'].values()) / memory.GB:g} GB** "
+   f"({sum(memory.training_bytes(1.0).values()):g} bytes per parameter) before activations.")
+
+# %% [markdown]
+# A 70B model (Llama-2-70B's shape) does not fit on one GPU even for inference in bf16. Tensor
+# parallelism (notebook 09) splits every weight matrix over `t` GPUs, so each holds `1/t` of the
+# weights and of the KV heads:
+
+# %%
+show_source(memory.per_gpu_bytes)
+
+# %%
+tp70 = {f"TP={t}": memory.per_gpu_bytes("70b", t, seq=4096, batch=8) for t in (1, 2, 4, 8)}
+mplots.breakdown_figure(tp70, title="Llama-2-70B inference (bf16, 8 sequences of 4096 tokens): per GPU",
+                        capacity_gb=141, capacity_label="H200")
+
+# %%
+s70 = memory.PRESETS["70b"]
+fits = [k for k, v in tp70.items() if sum(v.values()) / memory.GB <= 141]
+md(f"{s70.name} has **{s70.n_params() / 1e9:.1f} B** parameters: **{memory.weights_bytes(s70.n_params()) / memory.GB:.0f} GB** "
+   f"of bf16 weights. With 8 sequences of 4096 tokens in its KV cache, it fits on 141 GB GPUs at "
+   f"**{', '.join(fits)}**; per GPU: " + ", ".join(f"{k} {sum(v.values()) / memory.GB:.1f} GB" for k, v in tp70.items()) + ".")
+
+# %% [markdown]
+# The estimator: pick a model, inference or training, the weight format, the sequence length and
+# batch, and a GPU. Bars show what each GPU holds at TP 1, 2, 4 and 8.
+
+# %%
+estimator = MemoryEstimator(model="70b", mode="inference", seq=4096, batch=8)
+estimator
+
+# %% [markdown]
+# ## 7. Matmul throughput by dtype (GPU)
+#
+# Smaller formats are also faster: tensor cores do twice the multiply-adds per cycle in bf16 as in
+# tf32, and twice again in fp8 or int8. `course-kit bench dtypes` times an `n × n × n` matmul in
+# each format on the same shape, with random non-zero inputs rotated between calls, CUDA-event
+# timing and medians; each variant is first checked against a float64 matmul of the very same
+# inputs. fp8 uses `torch._scaled_mm` (needs sm_89+: Ada or Hopper) with unit scales, int8
+# `torch._int_mm`.
+
+# %%
+show_source(bench_dtypes.make_inputs)
+
+# %%
+own = None
+if RUN_GPU_BENCH:
+    from course_kit import bench
+    own = bench.run_topic("dtypes", {"size": P["size"]})
+ref = notebook.gpu_only("dtypes")
+if ref is None and own is None:
+    ref = reference.load("dtypes")     # a GPU without a record yet has only its own run
+series = {}
+if own is not None:
+    series[f"yours ({own['environment'].get('gpu')})"] = own["results"]
+if ref is not None:
+    series[f"reference ({ref['environment'].get('gpu')}, n={ref['params'].get('n')})"] = ref["results"]
+peak_src = own or ref
+pk = device.peaks((peak_src or {}).get("environment", {}).get("gpu") or "") if peak_src else None
+peaks = {d: pk.tflops(d) for d in ("fp32", "tf32", "bf16", "fp16", "fp8", "int8") if pk and pk.tflops(d)}
+if series:
+    fig = dplots.throughput_figure({k: [dict(r, dtype=r["name"]) for r in v] for k, v in series.items()})
+    if peaks:
+        names = {r["name"]: r["dtype"] for v in series.values() for r in v}
+        fig.add_scatter(x=list(names), y=[peaks.get(d) for d in names.values()], mode="markers",
+                        marker=dict(symbol="line-ew-open", size=40, line=dict(width=3)),
+                        name=f"{pk.name} spec peak (dense)")
+else:
+    fig = None
+    print("No matmul-by-dtype record yet: run `course-kit bench dtypes` on a GPU to make one.")
+fig
+
+# %%
+rec = own or ref
+if rec is not None:
+    s = rec["summary"]
+    parts = [f"bf16 **{s['bf16_tflops']:.0f} TFLOP/s**" if s.get("bf16_tflops") else None,
+             f"fp8 with fast accumulation **{s['fp8_fast_tflops']:.0f} TFLOP/s**, "
+             f"**{s['fp8_fast_over_bf16']:.2f}x** bf16" if s.get("fp8_fast_over_bf16") else None,
+             f"fp8 with full accumulation **{s['fp8_over_bf16']:.2f}x** bf16" if s.get("fp8_over_bf16") else None,
+             f"int8 **{s['int8_over_bf16']:.2f}x** bf16" if s.get("int8_over_bf16") else None,
+             f"tf32 **{s['tf32_over_fp32']:.1f}x** strict fp32" if s.get("tf32_over_fp32") else None]
+    md(f"On the {rec['environment'].get('gpu')} at n = {rec['params'].get('n')}: "
+       + "; ".join(p for p in parts if p) + ".")
+
+# %% [markdown]
+# ## Exercises
+#
+# ### Exercise 01.bf16_round: round fp32 to bf16 with integer operations
+#
+# bf16 is the top 16 bits of an fp32. Rounding to nearest, ties to even, can be done on the bits:
+# add `0x7FFF` plus the lowest bit you keep (bit 16), then clear the low 16 bits. A carry out of
+# the mantissa bumps the exponent, which is exactly right (up to inf). NaN must stay NaN.
+#
+# Write `round_to_bf16(x)` for a float32 tensor, returning a float32 tensor holding the rounded
+# values. Use `x.view(torch.int32)` and integer arithmetic; do not use torch's bf16 cast (the check
+# compares you against it on edge cases and random values).
+
+# %% {"course_kit": {"exercise": "01.bf16_round", "role": "solution", "points": 3}}
+def round_to_bf16(x: torch.Tensor) -> torch.Tensor:
+    ### BEGIN SOLUTION
+    bits = x.view(torch.int32).to(torch.int64) & 0xFFFFFFFF      # unsigned 32-bit pattern
+    keep_lsb = (bits >> 16) & 1
+    rounded = (bits + 0x7FFF + keep_lsb) & 0xFFFF0000
+    rounded = torch.where(torch.isnan(x), bits | 0x00400000, rounded)   # NaN stays (quiet) NaN
+    signed = torch.where(rounded >= 2 ** 31, rounded - 2 ** 32, rounded).to(torch.int32)
+    return signed.view(torch.float32)
+    ### END SOLUTION
+
+# %% {"course_kit": {"exercise": "01.bf16_round", "role": "check"}}
+from course_kit import grading
+grading.check("01.bf16_round", round_to_bf16)
+
+# %% {"course_kit": {"exercise": "01.bf16_round", "role": "hidden"}}
+grading.check("01.bf16_round_hidden", round_to_bf16)
+
+# %% [markdown]
+# ### Exercise 01.predict_overflow: predict the outcome
+#
+# For each `(value, format)` below, predict the outcome **without running the explorer**: one of
+# `"exact"`, `"rounded"`, `"underflow to subnormal"`, `"flushed to zero"`, `"overflow to inf"`,
+# `"saturated"`, `"NaN"`. (Integers use scale 1.) Use the limits table of section 1.
+#
+# `(70000, fp16)`, `(70000, bf16)`, `(65504, fp16)`, `(1e-8, fp16)`, `(1e-6, fp16)`,
+# `(0.001, fp8_e4m3fn)`, `(460, fp8_e4m3fn)`, `(1e5, fp8_e5m2)`, `(300, int8)`, `(3, bf16)`,
+# `(0.1, fp32)`, `(1e39, bf16)`
+
+# %% {"course_kit": {"exercise": "01.predict_overflow", "role": "solution", "points": 2}}
+### BEGIN SOLUTION
+predictions = {
+    (70000.0, "fp16"): "overflow to inf",           # above 65504 + half an ulp (65520)
+    (70000.0, "bf16"): "rounded",                   # in range, but only 8 significant bits
+    (65504.0, "fp16"): "exact",                     # fp16's max
+    (1e-8, "fp16"): "flushed to zero",              # below half the smallest subnormal (5.96e-8)
+    (1e-6, "fp16"): "underflow to subnormal",       # below the smallest normal (6.1e-5)
+    (0.001, "fp8_e4m3fn"): "underflow to subnormal",  # 0.512 of the smallest subnormal: rounds up
+    (460.0, "fp8_e4m3fn"): "rounded",               # below 464, the halfway point: rounds to 448
+    (1e5, "fp8_e5m2"): "overflow to inf",           # e5m2 has inf, max 57344
+    (300.0, "int8"): "saturated",                   # clamped to 127
+    (3.0, "bf16"): "exact",
+    (0.1, "fp32"): "rounded",                       # 0.1 has no finite binary expansion
+    (1e39, "bf16"): "overflow to inf",              # above 3.39e38
+}
+### END SOLUTION
+
+# %% {"course_kit": {"exercise": "01.predict_overflow", "role": "check"}}
+grading.check("01.predict_overflow", predictions)
+
+# %% [markdown]
+# ### Exercise 01.memory: the memory of Llama-3.1-8B
+#
+# Llama-3.1-8B's `config.json`: 32 layers, hidden size 4096, 32 attention heads, 8 KV heads,
+# MLP (SwiGLU, three matrices) intermediate size 14336, vocabulary 128256, untied input and output
+# embeddings, an RMSNorm weight vector before attention and before the MLP of every layer, and one
+# final RMSNorm. No biases. Compute, from these numbers alone:
+# - `n_params`: its parameter count;
+# - `weights_gb`: its bf16 weights in GB (1e9 bytes);
+# - `adam_gb`: the model state of mixed-precision Adam training in GB;
+# - `kv_gb`: the bf16 KV cache of 4 sequences of 8192 tokens in GB.
+
+# %% {"course_kit": {"exercise": "01.memory", "role": "solution", "points": 2}}
+### BEGIN SOLUTION
+L, h, heads, kv_heads, inter, vocab = 32, 4096, 32, 8, 14336, 128256
+d = h // heads
+per_layer = h * h + 2 * h * kv_heads * d + h * h + 3 * h * inter + 2 * h   # q, k, v, o, MLP, norms
+n_params = L * per_layer + 2 * vocab * h + h
+weights_gb = n_params * 2 / 1e9
+adam_gb = n_params * 16 / 1e9
+kv_gb = 2 * L * kv_heads * d * 8192 * 4 * 2 / 1e9
+### END SOLUTION
+
+# %% {"course_kit": {"exercise": "01.memory", "role": "check"}}
+grading.check("01.memory", n_params, weights_gb, adam_gb, kv_gb)
+
+# %% [markdown]
+# ## Summary
+# - Exponent bits buy range, mantissa bits buy precision. bf16 keeps fp32's range with 8
+#   significant bits; fp16 keeps 11 bits in a range that ends at 65504; fp8 e4m3fn ends at 448 and
+#   has no infinity, e5m2 trades a mantissa bit for range.
+# - Out-of-range values round, go subnormal, flush to zero, overflow to inf, saturate or become NaN;
+#   what a given library does at the edges (fp8 e4m3fn beyond 448) is something to run, not assume.
+# - fp16 overflows in `exp`, squares and naive softmax where bf16 does not; bf16 loses precision in
+#   long sums where fp16 does not; both need fp32 accumulation.
+# - int8/int4 store codes and scales; per-channel scales cut the error that outliers cause.
+# - Mixed-precision Adam needs 16 bytes per parameter; a 70B model needs tensor parallelism just to
+#   hold its weights on 141 GB GPUs with room for a KV cache.
+#
+# **Further reading**
+# - IEEE 754-2019, *IEEE Standard for Floating-Point Arithmetic*.
+# - P. Micikevicius et al., *FP8 Formats for Deep Learning* (2022), and the OCP *8-bit Floating
+#   Point Specification (OFP8)*, revision 1.0 (2023).
+# - S. Rajbhandari et al., *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*
+#   (SC 2020), section 3.1.
+# - V. Korthikanti et al., *Reducing Activation Recomputation in Large Transformer Models* (2022).
+# - T. Dettmers et al., *LLM.int8(): 8-bit Matrix Multiplication for Transformers at Scale* (2022).
+# - PyTorch documentation: `torch.finfo`, *Numerical accuracy*, and the tf32 notes in *CUDA semantics*.
+#
+# **Next:** `02_amp_and_gradscaler.ipynb` puts these formats to work in training: autocast picks
+# the format per operation, and loss scaling keeps fp16 gradients out of the flush-to-zero zone.
