@@ -237,3 +237,17 @@ def test_varlen_layout_with_graph_padding_matches_hf(model, workload, hf_referen
     outs = engine.generate(workload[:4], [SamplingParams(max_new_tokens=n) for n in NEW_TOKENS[:4]])
     assert [o.tokens for o in outs] == hf_reference[:4]
     assert engine.blocks.num_used_blocks == 0
+
+
+def test_bench_peer_helpers(model, workload, hf_reference):
+    """The HF generate peer of `course-kit bench batching` (left-padded static batches) returns each
+    request's own greedy tokens, and the correctness check forgives only true ties."""
+    from course_kit.benchmarks.batching import _check_same, hf_generate_static
+    hf = llama.to_hf(model)
+    got = hf_generate_static(hf, workload[:3], NEW_TOKENS[:3], batch=2, pad_id=0)
+    assert got == hf_reference[:3]
+    assert _check_same(hf, workload[0], hf_reference[0], hf_reference[0], "same") == 0
+    wrong = list(hf_reference[0])
+    wrong[2] = (wrong[2] + 1) % 256
+    with pytest.raises(AssertionError, match="not a tie"):
+        _check_same(hf, workload[0], hf_reference[0], wrong, "wrong")

@@ -40,6 +40,24 @@ def _defaults(size: str, cuda: bool) -> dict:
             "peer_requests": 4, "check_requests": 2, "check_tokens": 6, "wide_slots": 0}
 
 
+def _check_same(hf, prompt: list[int], ref: list[int], got: list[int], what: str, tie: float = 1e-3) -> int:
+    """Raise unless `got` equals HF's greedy `ref`; a divergence is forgiven only at a numerical tie
+    (HF's own logits for the two tokens within `tie`), after which the texts legitimately differ.
+    Returns 1 for a forgiven tie, else 0."""
+    if got == ref:
+        return 0
+    j = next((i for i, (a, b) in enumerate(zip(got, ref)) if a != b), min(len(got), len(ref)))
+    if j >= min(len(got), len(ref)):
+        raise AssertionError(f"{what}: {len(got)} tokens where HF generated {len(ref)}")
+    with torch.no_grad():
+        logits = hf(torch.tensor([prompt + ref[:j]], device=hf.device)).logits[0, -1].float()
+    gap = float(logits[ref[j]] - logits[got[j]])
+    if gap > tie:
+        raise AssertionError(f"{what}: token {j} is {got[j]}, HF generate chose {ref[j]} "
+                             f"(logit gap {gap:.2e}, not a tie)")
+    return 1
+
+
 def _hf_generate_greedy(hf, prompt: list[int], n: int) -> list[int]:
     dev = hf.device
     with torch.no_grad():
@@ -62,8 +80,13 @@ def hf_generate_static(hf, prompts: list[list[int]], news: list[int], batch: int
     return outs
 
 
-def hf_generate_batch(hf, prompts: list[list[int]], news: list[int]) -> tuple[list[list[int]], dict]:
-    """HF continuous batching, configured at its best here; returns tokens and the settings used."""
+def hf_generate_batch(hf, prompts: list[list[int]], news: list[int], hints: tuple[int, int, int] | None = None,
+                      keep: bool = False) -> tuple[list[list[int]], dict]:
+    """HF continuous batching, configured at its best here; returns tokens and the settings used.
+
+    `hints` (longest prompt, longest output, requests) size HF's cache and batch; `keep=True`
+    keeps the warmed-up manager (CUDA graphs captured) for the next call, so a warm-up call with
+    the same hints leaves the timed call nothing to set up."""
     from transformers import GenerationConfig
     gen = GenerationConfig(do_sample=False, max_new_tokens=max(news), eos_token_id=-1)
     settings: dict = {}
@@ -85,10 +108,14 @@ def hf_generate_batch(hf, prompts: list[list[int]], news: list[int]) -> tuple[li
         settings["use_cuda_graph"] = cuda
     if "warmup" in sig:
         kwargs["warmup"] = True
+    hints = hints or (max(len(p) for p in prompts), max(news), len(prompts))
     if "workload_hints" in sig:
         from transformers.generation.continuous_batching.utils import WorkloadHints
-        kwargs["workload_hints"] = WorkloadHints(max_prompt_length=max(len(p) for p in prompts),
-                                                 max_generated_length=max(news), num_requests=len(prompts))
+        kwargs["workload_hints"] = WorkloadHints(max_prompt_length=hints[0], max_generated_length=hints[1],
+                                                 num_requests=hints[2])
+    if "persistent_manager" in sig:
+        kwargs["persistent_manager"] = keep
+        settings["manager_kept_warm"] = keep
     results: dict[str, list[int]] = {}
     with cm(**kwargs) as manager:
         for i, (p, n) in enumerate(zip(prompts, news)):
@@ -134,13 +161,13 @@ def run(params: dict) -> dict:
     hf32 = llama.to_hf(m32)
     check_prompts = [pr[:64] for pr in prompts[:k]]
     ref = [_hf_generate_greedy(hf32, pr, kt) for pr in check_prompts]
-    checks = {}
+    checks, ties = {}, 0
     for policy in POLICIES:
         got = Engine(m32, policy=policy, **engine_opts, check_invariants=True).generate(
             check_prompts, SamplingParams(max_new_tokens=kt))
-        checks[policy] = [o.tokens for o in got] == ref
-        if not checks[policy]:
-            raise AssertionError(f"policy {policy}: fp32 greedy tokens differ from HF generate")
+        for pr, r, o in zip(check_prompts, ref, got):
+            ties += _check_same(hf32, pr, r, o.tokens, policy)
+        checks[policy] = True
     del m32, hf32
     hf = llama.to_hf(model)
     hf_ref = [_hf_generate_greedy(hf, pr, kt) for pr in check_prompts]
@@ -197,16 +224,27 @@ def run(params: dict) -> dict:
                         "output_tokens": sub_tokens, "throughput_tok_s": sub_tokens / dt, **extra})
         return sub_tokens / dt
 
-    thr_gen = peer("HF generate (static, padded)", lambda ps, ns: hf_generate_static(hf, ps, ns, p["max_num_seqs"]))
-    try:
-        thr_cb = peer("HF generate_batch (continuous)", lambda ps, ns: hf_generate_batch(hf, ps, ns))
-    except (AttributeError, ImportError) as err:     # transformers without continuous batching
-        results.append({"name": "HF generate_batch (continuous)", "skipped": f"{type(err).__name__}: {err}"})
-        thr_cb = float("nan")
+    def guarded(name, fn):
+        # a peer that fails (an API change in another transformers release) must not lose the
+        # engine's measurements: record why and go on
+        try:
+            return peer(name, fn)
+        except Exception as err:  # noqa: BLE001
+            results.append({"name": name, "policy": "peer", "skipped": f"{type(err).__name__}: {err}"[:500]})
+            return float("nan")
+
+    thr_gen = guarded("HF generate (static, padded)",
+                      lambda ps, ns: hf_generate_static(hf, ps, ns, p["max_num_seqs"]))
+    hints = (max(len(x) for x in sub_p), max(sub_n), len(sub_p))
+    thr_cb = guarded("HF generate_batch (continuous)",
+                     lambda ps, ns: hf_generate_batch(hf, ps, ns, hints=hints, keep=True))
+    if hasattr(hf, "destroy_cached_continuous_batching_manager"):
+        hf.destroy_cached_continuous_batching_manager()
 
     best = max(thr.values())
     summary = {
         "correct_fp32": checks,
+        "fp32_numerical_ties": ties,
         "bf16_token_agreement_with_hf" if dtype != torch.float32 else "token_agreement_with_hf": agree,
         "throughput_tok_s": thr,
         "continuous_vs_static": thr["continuous"] / thr["static"],

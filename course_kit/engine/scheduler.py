@@ -198,10 +198,15 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         decodes = [s for s in self.running if not s.in_prefill]
         prefills = [s for s in self.running if s.in_prefill]
+        tables, bs = self.blocks.tables, self.blocks.block_size
         for seq in decodes + prefills:
             if seq.status is not Status.RUNNING or budget == 0:
                 continue
             n = min(seq.num_uncomputed, budget)
+            if seq.num_computed + n <= len(tables[seq.request_id]) * bs:   # fits its blocks already
+                out.scheduled.append(Scheduled(seq, n, n == seq.num_uncomputed))
+                budget -= n
+                continue
             # make room for the new tokens, preempting the newest requests if blocks ran out
             while self.blocks.blocks_needed(seq, seq.num_computed + n) > self.blocks.num_free_blocks:
                 victim = self.running[-1]
