@@ -9,10 +9,9 @@ from __future__ import annotations
 import csv
 import io
 import os
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -186,10 +185,3 @@ def grade(submissions: Path, out: Path, source: Path, *, workers: int = 1, limit
     log(f"gradebook: {out}\nfeedback: {fb_dir}/")
     return rows
 
-
-def rows_as_dicts(rows: list[Row]) -> list[dict]:
-    return [asdict(r) for r in rows]
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit("use `course-kit grade`")

@@ -38,9 +38,12 @@ def world_readable(path: str) -> bool:
 
 def needed_paths() -> list[str]:
     """What the kernel must read: the interpreter, the standard library, site-packages, course_kit."""
+    import sysconfig
+
     import course_kit
-    return [sys.executable, os.path.dirname(os.__file__), os.path.dirname(course_kit.__file__),
-            os.path.dirname(os.path.dirname(resource.__file__)) if hasattr(resource, "__file__") else sys.prefix]
+    paths = sysconfig.get_paths()
+    return [sys.executable, paths["stdlib"], paths["purelib"], paths["platlib"],
+            os.path.dirname(course_kit.__file__)]
 
 
 def main(argv: list[str] | None = None) -> None:
