@@ -5,7 +5,7 @@ The algorithm is tiled.py's, run by one Triton program per (query block, batch x
 * the program loads its BLOCK_M queries once and keeps them on chip;
 * it streams the keys and values in blocks of BLOCK_N, computing scores, the online-softmax
   rescale and the running output in registers: the S x S matrix never reaches memory;
-* it writes BLOCK_M output rows (and their log-sum-exp, which a backward pass would need).
+* it writes BLOCK_M output rows and their log-sum-exp (from which triton_flash_bwd recomputes P).
 
 Choices that matter for speed, each explained where it is made below: exp2 with log2(e) folded
 into the scale, causal work split into unmasked and masked (diagonal) phases, heavy causal blocks
@@ -132,6 +132,7 @@ def _flash_fwd_kernel(Q, K, V, O, LSE,
                       n_q_heads, group, seq_q, seq_k, qk_scale, seq_bucket, bh_bucket,
                       HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       CAUSAL: tl.constexpr, USE_DESC: tl.constexpr, DOT_F32: tl.constexpr):
+    # (seq_bucket and bh_bucket are not read here: they are the autotuner's keys)
     # -- which tile am I? -----------------------------------------------------------------------
     # Under a causal mask, query block i does i+1 blocks of work. Launching the last (heaviest)
     # blocks first lets the light ones fill the gaps at the end instead of leaving a long tail.
