@@ -123,7 +123,8 @@ def _check_backward(b, hq, hkv, sq, sk, d, causal, dtype, device, seed):
     sdpa = _grads(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
         q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), is_causal=causal), q, k, v, do)
     for name, r, o, s in zip("qkv", ref, ours, sdpa):
-        rel = lambda x: ((x.double().cpu() - r.cpu()).abs().max() / r.abs().max()).item()  # noqa: E731
+        r = r.cpu()
+        rel = lambda x: ((x.double().cpu() - r).abs().max() / r.abs().max()).item()  # noqa: E731
         assert o.shape == r.shape and o.dtype == dtype
         # gradients as close to float64 as SDPA's own are (bf16 rounds inputs, P and dS)
         assert rel(o) <= 3 * rel(s) + 5e-3 and rel(o) <= 3e-2, f"d{name}: ours {rel(o):.3g}, SDPA {rel(s):.3g}"
