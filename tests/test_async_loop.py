@@ -31,9 +31,12 @@ def reference(model, prompts):
 
 @pytest.mark.parametrize("policy", ["continuous", "static"])
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_greedy_tokens_match_reference(model, prompts, reference, policy, mode):
-    eng = AsyncEngine(model, mode=mode, policy=policy, max_num_seqs=3, block_size=4,
-                      check_invariants=True)
+@pytest.mark.parametrize("padded", [False, True])
+def test_greedy_tokens_match_reference(model, prompts, reference, policy, mode, padded):
+    # padded: the CUDA-graph layout, decode steps padded to captured sizes (1, 2, 4 here: 3 requests run as 4 rows)
+    eng = AsyncEngine(model, mode=mode, policy=policy, max_num_seqs=4 if padded else 3,
+                      block_size=4, check_invariants=True)
+    eng.runner.pad_shapes = padded
     outs = eng.generate(prompts, SamplingParams(max_new_tokens=10))
     assert [o.tokens for o in outs] == reference
     assert all(o.finish_reason == "length" for o in outs)

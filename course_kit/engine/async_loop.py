@@ -169,18 +169,21 @@ class AsyncEngine(Engine):
         if prev is None:
             return None
         src_of = {id(s[0]): (i, s[1]) for i, s in enumerate(prev.slots) if s is not None}
+        # where each row's tokens start in the flat token tensor: the runner's own record of the
+        # layout when it keeps one, else the rows are consecutive in `order`
+        host = getattr(inputs, "host", None)
+        starts = list(host["qstart"]) if host and "qstart" in host else None
         dst, src = [], []
-        n_ones = sum(1 for it in inputs.order if it.num_tokens == 1)
         offset = 0
         for i, item in enumerate(inputs.order):
-            if i == n_ones:
-                offset = inputs.batch.num_decode   # padding rows sit between decodes and prefills
+            if starts is not None:
+                offset = starts[i]
             seq, n = item.seq, item.num_tokens
             start, n_prompt = seq.num_computed, len(seq.prompt)
             for p in range(max(start, n_prompt), start + n):   # placeholders are outputs
                 if seq.output[p - n_prompt] == PLACEHOLDER:
                     row, out_idx = src_of.get(id(seq), (None, None))
-                    if row is None or out_idx != p - len(seq.prompt):
+                    if row is None or out_idx != p - n_prompt:
                         raise RuntimeError(f"request {seq.request_id!r}: placeholder at position "
                                            f"{p} has no sampled token in the step in flight")
                     dst.append(offset + p - start)
@@ -339,4 +342,11 @@ def _to_device(values: list[int], dev) -> torch.Tensor:
 
 
 def _tensors(batch) -> list[torch.Tensor]:
-    return [v for v in vars(batch).values() if isinstance(v, torch.Tensor)]
+    """Every tensor of a batch, including those inside tuples (e.g. attention tiles)."""
+    out: list[torch.Tensor] = []
+    for v in vars(batch).values():
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, (tuple, list)):
+            out += [t for t in v if isinstance(t, torch.Tensor)]
+    return out
