@@ -211,3 +211,37 @@ def test_limits_are_validated():
         runner.Limits(cell_timeout=0)
     with pytest.raises(ValueError, match="workers must be >= 1"):
         grade.grade(".", "x.csv", ".", workers=0)
+
+
+def _proc_uids() -> set[int]:
+    uids = set()
+    for entry in os.listdir("/proc"):
+        try:
+            uids.add(os.stat(f"/proc/{entry}").st_uid) if entry.isdigit() else None
+        except OSError:
+            pass
+    return uids
+
+
+def test_total_timeout_stops_the_run_and_leaves_no_process(tmp_path):
+    source = tmp_path / "instructor"
+    source.mkdir()
+    cells = []
+    for name in ("first", "second"):
+        meta = {"course_kit": {"exercise": f"98.{name}", "role": "solution", "points": 1}}
+        body = "import time\nwhile True:\n    time.sleep(0.01)" if name == "first" else "x = 1"
+        cells.append(nbformat.v4.new_code_cell(f"### BEGIN SOLUTION\n{body}\n### END SOLUTION", metadata=meta))
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), str(source / "98_tiny.ipynb"))
+    solved, _ = release.release_notebook(nbformat.read(str(source / "98_tiny.ipynb"), as_version=4),
+                                         keep_solutions=True)
+    submit(tmp_path / "subs", "slow", solved, name="98_tiny.ipynb")
+    limits = runner.Limits(cell_timeout=120, total_timeout=12, memory_bytes=4 << 30)
+    start = time.perf_counter()
+    rows = grade.grade(tmp_path / "subs", tmp_path / "gb.csv", source, limits=limits, log=lambda _: None)
+    assert time.perf_counter() - start < 60
+    assert [(r.exercise, r.status) for r in rows] == [("98.first", "timeout"), ("98.second", "timeout")]
+    assert "total timeout of 12 s" in rows[0].message
+    if sandbox.mode() == "uid":
+        uids = range(sandbox.UID_BASE, sandbox.UID_BASE + 100_000_000)
+        leftover = [pid for uid in {u for u in _proc_uids() if u in uids} for pid in sandbox.pids_of_uid(uid)]
+        assert not leftover, f"processes left running as sandbox uids: {leftover}"

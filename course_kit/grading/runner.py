@@ -137,11 +137,14 @@ def classify(ex: Exercise, plan: Plan, records: dict, timed_out: bool, limits: L
         rec = records.get(i)
         if rec is None:
             if timed_out:
-                return out("timeout", f"not reached: the notebook exceeded the total timeout "
+                return out("timeout", f"{where} did not finish: the notebook hit its total timeout "
                                       f"of {limits.total_timeout:g} s")
             return out("error", f"{where} did not run; grader log: {log_tail[-300:]}")
         if rec["outcome"] == "timeout":
             return out("timeout", f"{where} exceeded the cell timeout of {limits.cell_timeout:g} s")
+        if rec["outcome"] == "error" and "Kernel dead" in rec.get("evalue", ""):
+            return out("error", f"{where} could not run: the kernel had died (an earlier cell crashed it, "
+                                "or ignored the timeout's interrupt and was stopped)")
         if rec["outcome"] == "error":
             if role != "solution" and rec.get("ename") == "AssertionError":
                 return out("failed", f"{where}: {_message(rec)}")

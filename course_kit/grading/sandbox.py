@@ -33,29 +33,33 @@ def make_job_dir(scratch_root: Path) -> tuple[Path, Path, Path]:
     return job, control, work
 
 
-def _pids_of_uid(uid: int) -> list[int]:
+def pids_of_uid(uid: int) -> list[int]:
+    """Live (not zombie) processes whose real uid is `uid`."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/status") as f:
-                for line in f:
-                    if line.startswith("Uid:"):
-                        if int(line.split()[1]) == uid:
-                            pids.append(int(entry))
-                        break
-        except (OSError, ValueError):
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue
+        if fields.get("State", "").strip().startswith(("Z", "X")):
+            continue
+        try:
+            if int(fields.get("Uid", "-1").split()[0]) == uid:
+                pids.append(int(entry))
+        except ValueError:
             continue
     return pids
 
 
-def kill_uid(uid: int, rounds: int = 5) -> None:
-    """SIGKILL every process of a sandbox uid (repeated, in case some were forking)."""
+def kill_uid(uid: int, rounds: int = 40) -> None:
+    """SIGKILL every process of a sandbox uid, until none is left (some may be forking)."""
     if uid < UID_BASE or os.geteuid() != 0:
         return
     for _ in range(rounds):
-        pids = _pids_of_uid(uid)
+        pids = pids_of_uid(uid)
         if not pids:
             return
         for pid in pids:
