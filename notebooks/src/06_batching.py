@@ -32,7 +32,7 @@ DTYPE = "bfloat16" if GPU else "float32"
 N_REQUESTS = 256 if GPU else (10 if P["smoke"] else 24)            # offline workload
 PROMPT_LEN = (100, 1024) if GPU else (4, 48)
 OUTPUT_LEN = (100, 1024) if GPU else ((4, 24) if P["smoke"] else (4, 48))
-MAX_NUM_SEQS = 64 if GPU else 4                                      # batch slots
+MAX_NUM_SEQS = 24 if GPU else 4                                      # batch slots
 BLOCK_SIZE = 16
 TOKEN_BUDGET = 2048 if GPU else 64                                    # chunked prefill budget per step
 TRACE = "chat_bursty"                                                 # data/traces/<name>.jsonl
@@ -140,15 +140,28 @@ for policy in sched_mod.POLICIES:
     outs = eng.generate(prompts, params, progress=True)
     runs[policy], outputs[policy] = eng, outs
 
-same = all([o.tokens for o in outputs[p]] == [o.tokens for o in outputs["continuous"]] for p in runs)
+def agreement(a, b):
+    """Fraction of positions where two lists of token lists agree."""
+    pairs = [(x, y) for ta, tb in zip(a, b) for x, y in zip(ta, tb)]
+    return sum(x == y for x, y in pairs) / max(1, len(pairs))
+
+
+base = [o.tokens for o in outputs["continuous"]]
+same = min(agreement([o.tokens for o in outputs[p]], base) for p in runs)
 k = min(3, N_REQUESTS)
 ref = [llama.generate(model, [prompts[i]], params[i].max_new_tokens)[0] for i in range(k)]
 ref = [r.tolist() if hasattr(r, "tolist") else list(r) for r in ref]
-match_ref = all(outputs["continuous"][i].tokens == ref[i] for i in range(k))
-assert same and match_ref
-md(f"All three policies produced **identical tokens** for all {N_REQUESTS} requests, and the first {k} "
-   f"match the model's plain reference loop (`llama.generate`). (The tests check every policy against "
-   f"HF `generate` too.)")
+match_ref = agreement(base[:k], ref)
+if DTYPE == "float32":
+    assert same == 1.0 and match_ref == 1.0, "batching changed greedy outputs"
+    md(f"All three policies produced **identical tokens** for all {N_REQUESTS} requests, and the first {k} "
+       f"match the model's plain reference loop (`llama.generate`). (The tests check every policy against "
+       f"HF `generate` too.)")
+else:
+    md(f"In {DTYPE}, the policies agree on **{same:.1%}** of the tokens, and the first {k} requests on "
+       f"{match_ref:.1%} with the plain reference loop. Bit-exactness is a float32 property: in {DTYPE}, "
+       f"a matmul over 24 rows may round differently from one over 3, and one flipped near-tie changes "
+       f"the rest of that text. (The float32 check is in the tests and in `course-kit bench batching`.)")
 
 # %%
 s = {p: runs[p].summary(outputs[p]) for p in runs}
@@ -235,15 +248,16 @@ bplots.throughput_latency(points, latency="latency_p99_s")
 show_source(sched_mod.Scheduler._preempt)
 
 # %%
-need = max(len(p) + q.max_new_tokens for p, q in zip(prompts, params))
-small = Engine(model, policy="continuous", **{**opts, "max_num_seqs": max(2, MAX_NUM_SEQS)},
-               num_blocks=-(-need // BLOCK_SIZE) + 2, check_invariants=True)
-small_outs = small.generate(prompts, params)
-ok = [o.tokens for o in small_outs] == [o.tokens for o in outputs["continuous"]]
-assert ok and small.blocks.num_used_blocks == 0
+k_pre = min(N_REQUESTS, 32)
+need = max(len(p) + q.max_new_tokens for p, q in zip(prompts[:k_pre], params))
+small = Engine(model, policy="continuous", **opts, num_blocks=-(-need // BLOCK_SIZE) + 2, check_invariants=True)
+small_outs = small.generate(prompts[:k_pre], params[:k_pre])
+same_pre = agreement([o.tokens for o in small_outs], base[:k_pre])
+assert small.blocks.num_used_blocks == 0 and (same_pre == 1.0 or DTYPE != "float32")
 md(f"With only **{small.blocks.num_blocks} blocks** the engine preempted requests "
    f"**{small.scheduler.num_preemptions} times**, checked the block invariants after each of its "
-   f"{len(small.steps)} steps, returned every block at the end, and still produced the same tokens.")
+   f"{len(small.steps)} steps and returned every block at the end; {same_pre:.1%} of the tokens equal the "
+   f"run with a large cache.")
 
 # %%
 bplots.block_usage({"small cache": metrics.block_usage(small.steps, small.blocks.num_blocks)},
@@ -291,8 +305,8 @@ else:
 
 # %%
 record = notebook.gpu_only("batching")
-if record is None and GPU:
-    record = bench.run_topic("batching", {"size": P["size"]})
+if record is None and GPU:      # this GPU's own record if it has one, else measure it now (minutes)
+    record = reference.load("batching", slug=reference.gpu_slug()) or bench.run_topic("batching", {"size": P["size"]})
 if record is None:
     md("No H200 record yet: the figures appear once `course-kit bench batching` has been run on a GPU.")
 else:
