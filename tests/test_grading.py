@@ -49,7 +49,8 @@ def graded(course):
     paths["loop"] = submit(subs, "loop", fill(student, {"99.add": "while True:\n    pass",
                                                          "99.square": SOLUTIONS["99.square"]}))
     # an exception in one exercise, and the other exercise's cell deleted
-    broken = fill(student, {"99.add": "raise RuntimeError('boom in add')"})
+    broken = fill(student, {"99.add": "import os\n"
+                                      "raise RuntimeError(f\"boom in add, secret={os.environ.get('GRADER_SECRET')}\")"})
     broken.cells = [c for c in broken.cells
                     if c.get("metadata", {}).get("course_kit", {}).get("exercise") != "99.square"]
     paths["broken"] = submit(subs, "broken", broken)
@@ -92,7 +93,11 @@ def graded(course):
     paths["monkey"] = submit(subs, "monkey", monkeyed)
     log = []
     start = time.perf_counter()
-    rows = grade.grade(subs, out, source, workers=2, limits=LIMITS, log=log.append)
+    os.environ["GRADER_SECRET"] = "s3cret"  # the grader's environment is not the students'
+    try:
+        rows = grade.grade(subs, out, source, workers=2, limits=LIMITS, log=log.append)
+    finally:
+        del os.environ["GRADER_SECRET"]
     elapsed = time.perf_counter() - start
     return rows, paths, victim_bytes, log, elapsed
 
@@ -137,7 +142,7 @@ def test_infinite_loop_times_out_and_the_other_exercise_is_graded(graded):
 
 def test_exception_is_an_error_with_its_message_and_a_deleted_cell_is_missing(graded):
     status, _, message = _status(graded, "broken", "99.add")
-    assert status == "error" and "RuntimeError: boom in add" in message
+    assert status == "error" and "RuntimeError: boom in add, secret=None" in message
     status, _, message = _status(graded, "broken", "99.square")
     assert status == "missing" and "99.square" in message
 

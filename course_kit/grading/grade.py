@@ -140,7 +140,7 @@ def grade(submissions: Path, out: Path, source: Path, *, workers: int = 1, limit
                 msg = f"{path.name} could not be read as a notebook: {type(exc).__name__}: {exc}"
                 rows += _rows(student.name, name, _all(exercises, "error", msg))
                 continue
-            jobs.append((student.name, name, exercises, assemble.assemble(nb, exercises)))
+            jobs.append((student.name, name, exercises, assemble.assemble(nb, exercises), {path.name: text}))
     lock = threading.Lock()
     with lock:
         write_csv(out, rows)
@@ -149,10 +149,10 @@ def grade(submissions: Path, out: Path, source: Path, *, workers: int = 1, limit
     uid_base = sandbox.UID_BASE + (os.getpid() % 10_000) * 10_000
 
     def work(index_job):
-        index, (student, name, exercises, plan) = index_job
+        index, (student, name, exercises, plan, files) = index_job
         uid = uid_base + index % 10_000 if mode == "uid" else None
         try:
-            return student, name, runner.run(plan, exercises, scratch, limits, uid)
+            return student, name, runner.run(plan, exercises, scratch, limits, uid, files)
         except Exception as exc:  # the grader's own failure for this notebook: report it, go on
             return student, name, _all(exercises, "error", f"grader error: {type(exc).__name__}: {exc}")
 

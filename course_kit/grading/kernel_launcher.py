@@ -26,6 +26,10 @@ def _limits(memory: int, nproc: int, fsize: int) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+KEEP_ENV = ("PATH", "LANG", "LC_", "TZ", "TERM", "VIRTUAL_ENV", "PYTHON", "COURSE_KIT_", "OMP_", "MKL_",
+            "OPENBLAS_", "MALLOC_", "TRITON_", "CUDA_", "TORCH", "NVIDIA_", "LD_LIBRARY_PATH")
+
+
 def world_readable(path: str) -> bool:
     """Can a user with no relation to the owner read `path` (and traverse every folder above it)?"""
     path = os.path.realpath(path)
@@ -64,12 +68,11 @@ def main(argv: list[str] | None = None) -> None:
     work = os.path.abspath(args.work)
     conn = os.path.join(work, ".kernel-connection.json")
     shutil.copyfile(args.connection_file, conn)
-    env = dict(os.environ)
+    # Only what a kernel needs: the grader's other variables (tokens, credentials) stay out of reach.
+    env = {k: v for k, v in os.environ.items() if k.startswith(KEEP_ENV) and k != "COURSE_KIT_GRADE_RESULTS"}
     for key in ("HOME", "IPYTHONDIR", "MPLCONFIGDIR", "JUPYTER_RUNTIME_DIR", "JUPYTER_DATA_DIR"):
         env[key] = work if key == "HOME" else os.path.join(work, "." + key.lower())
     env["TMPDIR"] = os.path.join(work, ".tmp")
-    env.pop("COURSE_KIT_GRADE_RESULTS", None)
-    env.pop("JUPYTER_PATH", None)
     os.makedirs(env["TMPDIR"], exist_ok=True)
     kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", conn, "--HistoryManager.enabled=False"]
     os.chdir(work)

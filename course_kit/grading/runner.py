@@ -67,10 +67,14 @@ def _env(control: Path, limits: Limits) -> dict:
     return env
 
 
-def execute(plan: Plan, scratch_root: Path, limits: Limits, uid: int | None) -> tuple[dict, bool, str]:
-    """Run the plan's notebook; return (records by code-cell index, total timeout hit, log tail)."""
+def execute(plan: Plan, scratch_root: Path, limits: Limits, uid: int | None,
+            files: dict[str, str] | None = None) -> tuple[dict, bool, str]:
+    """Run the plan's notebook; return (records by code-cell index, total timeout hit, log tail).
+    `files` (name -> text) are copied into the kernel's scratch folder, its working directory."""
     job, control, work = sandbox.make_job_dir(scratch_root)
     try:
+        for name, text in (files or {}).items():
+            (work / Path(name).name).write_text(text)
         nb_path = control / "graded.ipynb"
         nb_path.write_text(nbformat.writes(plan.notebook))
         (control / "pytest.ini").write_text("[pytest]\n")
@@ -156,10 +160,10 @@ def classify(ex: Exercise, plan: Plan, records: dict, timed_out: bool, limits: L
 
 
 def run(plan: Plan, exercises: list[Exercise], scratch_root: Path, limits: Limits,
-        uid: int | None) -> list[Outcome]:
+        uid: int | None, files: dict[str, str] | None = None) -> list[Outcome]:
     """Grade one assembled submission: every exercise gets exactly one outcome."""
     if all(e.id in plan.missing for e in exercises):
         records, timed_out, tail = {}, False, ""
     else:
-        records, timed_out, tail = execute(plan, scratch_root, limits, uid)
+        records, timed_out, tail = execute(plan, scratch_root, limits, uid, files)
     return [classify(e, plan, records, timed_out, limits, tail) for e in exercises]
