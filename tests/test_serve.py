@@ -116,3 +116,12 @@ def test_invalid_json_is_422(server):
     r = httpx.post(server.url + "/v1/completions", content=b"{not json", timeout=30,
                    headers={"content-type": "application/json"})
     assert r.status_code == 422
+
+
+def test_cli_registers_serve():
+    from course_kit.cli import build_parser
+    args = build_parser().parse_args(["serve", "--policy", "static", "--port", "8123", "--max-num-seqs", "8"])
+    assert args.policy == "static" and args.port == 8123 and args.max_num_seqs == 8
+    assert args.func.__module__ == "course_kit.serve"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--policy", "greedy"])

@@ -174,9 +174,10 @@ md(f"Continuous batching finished the workload at **{s['continuous']['throughput
    f"static batching, in {int(s['continuous']['steps'])} steps instead of {int(s['static']['steps'])}. "
    f"Static batches spent **{s['static']['padding_waste']:.0%}** of their computed tokens on "
    f"padding and kept only **{s['static']['slot_occupancy']:.0%}** of their slots busy, against "
-   f"{s['continuous']['slot_occupancy']:.0%} for continuous batching. (On a CPU the per-step "
-   f"cost grows with the batch, so the gain is smaller than on a GPU, where a decode step costs "
-   f"nearly the same for 1 or 64 rows; see section 5.)")
+   f"{s['continuous']['slot_occupancy']:.0%} for continuous batching."
+   + ("" if GPU else " (On a CPU a step costs in proportion to its rows; on a GPU a small model's "
+                     "decode step costs about the same for 1 or 64 rows, so there the number of steps "
+                     "is what counts; see section 5.)"))
 
 # %% [markdown]
 # The Gantt chart shows *why*. Each bar is one request on one batch slot (faded: prefill; solid:
