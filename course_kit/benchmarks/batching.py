@@ -86,7 +86,7 @@ def hf_generate_static(hf, prompts: list[list[int]], news: list[int], batch: int
 
 
 def hf_generate_batch(hf, prompts: list[list[int]], news: list[int], hints: tuple[int, int, int] | None = None,
-                      keep: bool = False) -> tuple[list[list[int]], dict]:
+                      keep: bool = False, graphs: bool = True) -> tuple[list[list[int]], dict]:
     """HF continuous batching, configured at its best here; returns tokens and the settings used.
 
     `hints` (longest prompt, longest output, requests) size HF's cache and batch; `keep=True`
@@ -102,7 +102,7 @@ def hf_generate_batch(hf, prompts: list[list[int]], news: list[int], hints: tupl
         from transformers.generation.configuration_utils import ContinuousBatchingConfig
     except ImportError:
         ContinuousBatchingConfig = None
-    cuda = hf.device.type == "cuda"
+    cuda = hf.device.type == "cuda" and graphs
     if ContinuousBatchingConfig is not None and "continuous_batching_config" in sig:
         fields = inspect.signature(ContinuousBatchingConfig).parameters
         cfg = {k: v for k, v in {"use_cuda_graph": cuda, "auto_switch_to_flash": True}.items() if k in fields}
@@ -250,6 +250,11 @@ def run(params: dict) -> dict:
     hints = (max(len(x) for x in sub_p), max(sub_n), len(sub_p))
     thr_cb = guarded("HF generate_batch (continuous)",
                      lambda ps, ns: hf_generate_batch(hf, ps, ns, hints=hints, keep=True))
+    if thr_cb != thr_cb and cuda:      # failed with CUDA graphs on: measure it without, and say so
+        if hasattr(hf, "destroy_cached_continuous_batching_manager"):
+            hf.destroy_cached_continuous_batching_manager()
+        thr_cb = guarded("HF generate_batch (continuous, CUDA graphs off after a failure)",
+                         lambda ps, ns: hf_generate_batch(hf, ps, ns, hints=hints, keep=True, graphs=False))
     if hasattr(hf, "destroy_cached_continuous_batching_manager"):
         hf.destroy_cached_continuous_batching_manager()
 
