@@ -88,3 +88,22 @@ def test_keep_solutions_gives_a_solved_student_copy():
     text = json.dumps(solved)
     assert "return a + b" in text and "BEGIN SOLUTION" not in text and "NotImplementedError" not in text
     assert "99.add_hidden" not in text
+
+
+def test_assemble_matches_by_id_uses_the_last_copy_and_drops_student_checks():
+    from course_kit.grading import assemble
+    instructor = instructor_notebook()
+    student, exercises = release.release_notebook(instructor)
+    copy = nbformat.from_dict(json.loads(json.dumps(student.cells[3])))  # the add solution, duplicated
+    copy.source = "def add(a, b):\n    return a + b"
+    student.cells.append(copy)
+    student.cells[4].source = "pass  # the student emptied the visible check"
+    plan = assemble.assemble(student, exercises)
+    code = [c for c in plan.notebook.cells if c.cell_type == "code"]
+    assert "pass  # the student emptied" not in json.dumps(plan.notebook)
+    add_solution = [i for i, (ex, role) in plan.roles.items() if (ex, role) == ("99.add", "solution")]
+    assert len(add_solution) == 1 and code[add_solution[0]].source == copy.source
+    injected = [i for i, (ex, role) in plan.roles.items() if ex == "99.add" and role != "solution"]
+    assert injected == [add_solution[0] + 1, add_solution[0] + 2]
+    assert all(plan.tokens[i] in code[i].source for i in injected)
+    assert plan.missing == set()

@@ -34,8 +34,14 @@ def assemble(student_nb: Any, exercises: list[cells.Exercise]) -> Plan:
     out_cells: list[Any] = []
     plan = Plan(notebook=None)
     placed: set[str] = set()
+    # A cell copied in Jupyter keeps its metadata: with several solution cells for one id, the checks
+    # go after the last one, so they see the student's final definitions.
+    last: dict[str, int] = {}
+    for position, cell in enumerate(student_nb.get("cells", [])):
+        if cells.role(cell) == "solution":
+            last[cells.meta(cell)["exercise"]] = position
     code_index = 0
-    for cell in student_nb.get("cells", []):
+    for position, cell in enumerate(student_nb.get("cells", [])):
         kind = cell.get("cell_type")
         if kind != "code":
             out_cells.append(cell)
@@ -46,7 +52,7 @@ def assemble(student_nb: Any, exercises: list[cells.Exercise]) -> Plan:
         ex_id = cells.meta(cell)["exercise"] if r == "solution" else None
         new = _code_cell(cells.source_text(cell), dict(cell.get("metadata") or {}))
         out_cells.append(new)
-        if ex_id in by_id and ex_id not in placed:
+        if ex_id in by_id and last.get(ex_id) == position:
             placed.add(ex_id)
             plan.roles[code_index] = (ex_id, "solution")
             code_index += 1
