@@ -107,13 +107,18 @@ def test_gpu_async_matches_sync_engine():
     prompts = [torch.randint(0, m.config.vocab_size, (int(n),), generator=g).tolist()
                for n in torch.randint(8, 200, (24,), generator=g)]
     sp = SamplingParams(max_new_tokens=32, ignore_eos=True)
-    base = [o.tokens for o in Engine(m, max_num_seqs=16).generate(prompts, sp)]
+    got = {}
     for mode in ("sync", "async"):
         eng = AsyncEngine(m, mode=mode, max_num_seqs=16)
-        got = [o.tokens for o in eng.generate(prompts, sp)]
-        assert got == base, mode
+        got[mode] = [o.tokens for o in eng.generate(prompts, sp)]
         t = eng.timing()
         assert t["steps"] > 0 and "copy" in eng.timeline.lanes
+        assert all(len(o) == 32 for o in got[mode])
+    assert got["async"] == got["sync"]
+    # and the base engine, on prompts it admits whole (no chunked prefill in this step)
+    short = [p[:48] for p in prompts[:8]]     # 384 tokens at most: one step under the budget
+    base = [o.tokens for o in Engine(m, max_num_seqs=16).generate(short, sp)]
+    assert [o.tokens for o in AsyncEngine(m, max_num_seqs=16).generate(short, sp)] == base
 
 
 def test_bench_topic_runs_on_cpu_and_headline_rule():
@@ -163,3 +168,14 @@ def test_async_with_varlen_mixed_steps(model, prompts, reference):
     outs = eng.generate(prompts[:5], SamplingParams(max_new_tokens=6))
     assert [o.tokens for o in outs] == [r[:6] for r in reference[:5]]
     assert any(g and g[0] == "mixed" for g in graphs)   # the mixed layout was exercised
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_one_token_chunk_after_a_prefill_chunk(model, mode):
+    """A step holding a chunked prefill and, after it, a newly admitted one-token prompt: the
+    runner puts one-token rows first, so tokens must be matched to requests by row order."""
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, model.config.vocab_size, (20,), generator=g).tolist(), [7]]
+    eng = AsyncEngine(model, mode=mode, max_num_seqs=4, block_size=4, max_num_batched_tokens=8)
+    outs = eng.generate(prompts, SamplingParams(max_new_tokens=4))
+    assert [o.tokens for o in outs] == llama.generate(model, prompts, 4)
