@@ -15,6 +15,8 @@ import resource
 import shutil
 import sys
 
+from course_kit.grading import sandbox
+
 
 def _limits(memory: int, nproc: int, fsize: int) -> None:
     if memory > 0:
@@ -28,26 +30,6 @@ def _limits(memory: int, nproc: int, fsize: int) -> None:
 
 KEEP_ENV = ("PATH", "LANG", "LC_", "TZ", "TERM", "VIRTUAL_ENV", "PYTHON", "COURSE_KIT_", "OMP_", "MKL_",
             "OPENBLAS_", "MALLOC_", "TRITON_", "CUDA_", "TORCH", "NVIDIA_", "LD_LIBRARY_PATH")
-
-
-def world_readable(path: str) -> bool:
-    """Can a user with no relation to the owner read `path` (and traverse every folder above it)?"""
-    path = os.path.realpath(path)
-    parts = path.split(os.sep)
-    for i in range(2, len(parts)):
-        if not os.stat(os.sep.join(parts[:i]) or os.sep).st_mode & 0o001:
-            return False
-    return bool(os.stat(path).st_mode & 0o004)
-
-
-def needed_paths() -> list[str]:
-    """What the kernel must read: the interpreter, the standard library, site-packages, course_kit."""
-    import sysconfig
-
-    import course_kit
-    paths = sysconfig.get_paths()
-    return [sys.executable, paths["stdlib"], paths["purelib"], paths["platlib"],
-            os.path.dirname(course_kit.__file__)]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -84,14 +66,10 @@ def main(argv: list[str] | None = None) -> None:
             for name in dirs + files:
                 os.lchown(os.path.join(root, name), args.uid, args.gid)
         os.chown(work, args.uid, args.gid)
-        if not all(world_readable(p) for p in needed_paths()):
+        if sandbox.drop_method() == "setpriv":
             # The interpreter or the course lives where other users can't read (a pyenv under /root):
             # keep only the capability to read and search, never to write (util-linux setpriv).
-            setpriv = shutil.which("setpriv")
-            if setpriv is None:
-                sys.exit(f"course_kit sandbox: {needed_paths()} are not readable by other users and "
-                         "setpriv is missing; install util-linux or put Python where others can read it")
-            kernel = [setpriv, f"--reuid={args.uid}", f"--regid={args.gid}", "--clear-groups",
+            kernel = [shutil.which("setpriv"), f"--reuid={args.uid}", f"--regid={args.gid}", "--clear-groups",
                       "--inh-caps=-all,+dac_read_search", "--ambient-caps=+dac_read_search", "--"] + kernel
         else:
             os.setgroups([])

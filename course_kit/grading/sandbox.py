@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -13,9 +14,38 @@ from pathlib import Path
 UID_BASE = 1_900_000_000
 
 
+def world_readable(path: str) -> bool:
+    """Can a user with no relation to the owner read `path` (and traverse every folder above it)?"""
+    path = os.path.realpath(path)
+    parts = path.split(os.sep)
+    for i in range(2, len(parts)):
+        if not os.stat(os.sep.join(parts[:i]) or os.sep).st_mode & 0o001:
+            return False
+    return bool(os.stat(path).st_mode & 0o004)
+
+
+def needed_paths() -> list[str]:
+    """What the kernel must read: the interpreter, the standard library, site-packages, course_kit."""
+    import sysconfig
+
+    import course_kit
+    paths = sysconfig.get_paths()
+    return [sys.executable, paths["stdlib"], paths["purelib"], paths["platlib"],
+            os.path.dirname(course_kit.__file__)]
+
+
+def drop_method() -> str | None:
+    """How a root grader becomes the sandbox uid: plain setuid when Python and course_kit are
+    readable by anyone; else setpriv keeping only the capability to read (never to write); else None."""
+    if all(world_readable(p) for p in needed_paths()):
+        return "setuid"
+    return "setpriv" if shutil.which("setpriv") else None
+
+
 def mode() -> str:
-    """'uid' when grading as root, 'bwrap' when bubblewrap is on PATH, else 'none' (limits only)."""
-    if os.geteuid() == 0:
+    """'uid' when grading as root (and able to drop to a sandbox uid), 'bwrap' when bubblewrap is on
+    PATH, else 'none' (resource limits only)."""
+    if os.geteuid() == 0 and drop_method() is not None:
         return "uid"
     return "bwrap" if shutil.which("bwrap") else "none"
 
