@@ -107,3 +107,18 @@ def test_assemble_matches_by_id_uses_the_last_copy_and_drops_student_checks():
     assert injected == [add_solution[0] + 1, add_solution[0] + 2]
     assert all(plan.tokens[i] in code[i].source for i in injected)
     assert plan.missing == set()
+
+
+def test_world_readable(tmp_path):
+    import os
+
+    from course_kit.grading import sandbox
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (private / "f").write_text("x")
+    os.chmod(private / "f", 0o644)
+    assert not sandbox.world_readable(str(private / "f"))
+    os.chmod(private, 0o755)
+    os.chmod(tmp_path, 0o755)
+    readable = all(os.stat(p).st_mode & 0o001 for p in list((private / "f").parents)[:-1])
+    assert sandbox.world_readable(str(private / "f")) == readable

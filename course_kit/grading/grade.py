@@ -119,6 +119,10 @@ def grade(submissions: Path, out: Path, source: Path, *, workers: int = 1, limit
     mode = sandbox.mode()
     if mode == "none":
         log("warning: not root and no bubblewrap: student code runs with resource limits only")
+    elif mode == "uid":
+        log(f"sandbox: each notebook runs as its own unprivileged uid ({sandbox.drop_method()})")
+    else:
+        log("sandbox: bubblewrap, read-only file system except the scratch copy")
     out.parent.mkdir(parents=True, exist_ok=True)
     # Scratch copies live under /tmp (world-traversable), away from the gradebook and submissions.
     import tempfile
