@@ -314,7 +314,8 @@ else:
     sm = record["summary"]
     md(f"On **{record['environment'].get('gpu', 'the GPU')}**: continuous batching reached "
        f"**{sm['throughput_tok_s']['continuous']:,.0f} tokens/s**, **{sm['continuous_vs_static']:.2f}x** "
-       f"static batching (target 1.6x). On the same {sm['peer_subset_requests']} requests the engine was "
+       f"static batching (target 1.6x). On the same {sm['peer_subset_requests']} requests the engine (the "
+       f"faster of its sync and async modes, notebook 07) was "
        f"**{sm['engine_vs_hf_generate']:.1f}x** HF `generate` and **{sm['engine_vs_hf_generate_batch']:.1f}x** "
        f"HF `generate_batch`.")
     display(bplots.throughput_bars(record))
