@@ -48,7 +48,7 @@ P
 # |---|---|---|
 # | HF `generate` | static batches, left-padded to the longest prompt, each batch running until its longest request is done | — |
 # | HF `generate_batch` | transformers' continuous batching with a paged cache, CUDA graphs on, its best attention | — |
-# | engine: continuous + paged KV | requests admitted and retired every step, chunked prefill, KV in blocks; no CUDA graphs, sync loop | 06 |
+# | engine: continuous + paged KV | requests admitted and retired every step, chunked prefill, KV in blocks; no CUDA graphs; the sync step loop | 06 |
 # | engine: + CUDA graphs | each decode step replayed as one graph per padded batch size | 05, 06 |
 # | engine: + async loop | step N+1 scheduled and prepared while step N runs; tokens carried on the GPU | 07 |
 #
@@ -70,13 +70,14 @@ rows = [r for r in own["results"] if "throughput_tok_s" in r]
 
 def table(rows_, title):
     peer = next((r["throughput_tok_s"] for r in rows_ if r["name"] == "HF generate"), None)
-    cols = ["variant", "throughput (tok/s)", "vs HF generate", "TTFT p50 (ms)", "TPOT p50 (ms)"]
+    cols = ["variant", "throughput (tok/s)", "vs HF generate", "TTFT p50 (ms)", "TPOT p50 (ms)", "GPU idle"]
     fmt = lambda v, f: "—" if v is None or v != v else f.format(v)  # noqa: E731
     vals = [[r["name"] for r in rows_],
             [fmt(r["throughput_tok_s"], "{:,.0f}") for r in rows_],
             [fmt(r["throughput_tok_s"] / peer if peer else None, "{:.2f}x") for r in rows_],
             [fmt(r.get("ttft_p50_s", None) and r["ttft_p50_s"] * 1e3, "{:.1f}") for r in rows_],
-            [fmt(r.get("tpot_p50_s", None) and r["tpot_p50_s"] * 1e3, "{:.2f}") for r in rows_]]
+            [fmt(r.get("tpot_p50_s", None) and r["tpot_p50_s"] * 1e3, "{:.2f}") for r in rows_],
+            [fmt(r.get("gpu_idle_fraction"), "{:.1%}") for r in rows_]]
     fig = go.Figure(go.Table(header=dict(values=cols), cells=dict(values=vals)))
     fig.update_layout(title=title, height=120 + 32 * len(rows_), margin=dict(t=40, b=10))
     return fig
