@@ -312,11 +312,12 @@ if record is None:
     md("No H200 record yet: the figures appear once `course-kit bench batching` has been run on a GPU.")
 else:
     sm = record["summary"]
+    x = lambda v, f=".1f": "n/a" if v is None else format(v, f)   # noqa: E731 (a peer may have failed)
     md(f"On **{record['environment'].get('gpu', 'the GPU')}**: continuous batching reached "
-       f"**{sm['throughput_tok_s']['continuous']:,.0f} tokens/s**, **{sm['continuous_vs_static']:.2f}x** "
+       f"**{x(sm['throughput_tok_s']['continuous'], ',.0f')} tokens/s**, **{x(sm['continuous_vs_static'], '.2f')}x** "
        f"static batching (target 1.6x). On the same {sm['peer_subset_requests']} requests the engine (the "
        f"faster of its sync and async modes, notebook 07) was "
-       f"**{sm['engine_vs_hf_generate']:.1f}x** HF `generate` and **{sm['engine_vs_hf_generate_batch']:.1f}x** "
+       f"**{x(sm['engine_vs_hf_generate'])}x** HF `generate` and **{x(sm['engine_vs_hf_generate_batch'])}x** "
        f"HF `generate_batch`.")
     display(bplots.throughput_bars(record))
 
