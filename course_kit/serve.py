@@ -65,6 +65,7 @@ class EngineLoop:
         self._ids = 0
         self._task: asyncio.Task | None = None
         self.steps = 0
+        self.last_error: str | None = None
 
     def submit(self, prompt: list[int], params: SamplingParams) -> tuple[str, asyncio.Queue]:
         """Validate now (so the client gets a 400), add at the next step."""
@@ -130,7 +131,14 @@ class EngineLoop:
                 continue
             # dynamic batching waits (up to max_wait_s) for more requests; static and continuous
             # start with whatever is waiting
-            produced = await asyncio.to_thread(eng.step, dynamic)
+            try:
+                produced = await asyncio.to_thread(eng.step, dynamic)
+            except Exception as err:  # noqa: BLE001 - fail the open requests, keep serving
+                self.last_error = f"{type(err).__name__}: {err}"
+                for rid in list(self.requests):
+                    eng.abort(rid)
+                    self._close(rid, f"error: {self.last_error}")
+                continue
             self.steps += 1
             for seq, token in produced:
                 pending = self.requests.get(seq.request_id)
@@ -149,7 +157,7 @@ class EngineLoop:
                 "waiting": len(eng.scheduler.waiting), "open_requests": len(self.requests),
                 "used_blocks": eng.blocks.num_used_blocks, "free_blocks": eng.blocks.num_free_blocks,
                 "num_blocks": eng.blocks.num_blocks, "steps": self.steps,
-                "preemptions": eng.scheduler.num_preemptions}
+                "preemptions": eng.scheduler.num_preemptions, "last_error": self.last_error}
 
 
 def create_app(engine: Engine) -> "FastAPI":

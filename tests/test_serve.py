@@ -125,3 +125,24 @@ def test_cli_registers_serve():
     assert args.func.__module__ == "course_kit.serve"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--policy", "greedy"])
+
+
+def test_a_failing_step_fails_its_requests_and_the_server_keeps_serving(model):
+    engine = Engine(model, policy="continuous", max_num_seqs=2, block_size=4)
+    real_step = engine.step
+    calls = {"n": 0}
+
+    def flaky(more_coming=False):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("simulated fault")
+        return real_step(more_coming)
+    engine.step = flaky
+    with BackgroundServer(engine) as srv:
+        r = httpx.post(srv.url + "/v1/completions", json={"prompt": [5, 6], "max_tokens": 8, "stream": False},
+                       timeout=30)
+        assert r.json()["finish_reason"].startswith("error: RuntimeError: simulated fault")
+        r = httpx.post(srv.url + "/v1/completions", json={"prompt": [5, 6], "max_tokens": 3, "stream": False},
+                       timeout=30)
+        assert r.json()["finish_reason"] == "length" and len(r.json()["tokens"]) == 3
+        assert httpx.get(srv.url + "/stats").json()["used_blocks"] == 0
