@@ -182,3 +182,67 @@ def test_amp_bench_topic_smoke_on_cpu():
     names = [r["name"] for r in rec["results"]]
     assert names == ["fp32", "fp16_scaler"]
     assert all(len(r["losses"]) == r["steps"] for r in rec["results"])
+
+
+def test_precision_tf32_scope_sets_every_switch_and_restores():
+    before = amp.tf32_flags()
+    with amp.get("fp32").tf32_scope():
+        assert amp.tf32_flags() == {"float32_matmul_precision": "highest", "cuda_matmul_allow_tf32": False,
+                                    "cudnn_allow_tf32": False}
+    with amp.get("tf32").tf32_scope():
+        assert amp.tf32_flags() == {"float32_matmul_precision": "high", "cuda_matmul_allow_tf32": True,
+                                    "cudnn_allow_tf32": True}
+    assert amp.tf32_flags() == before
+    # The training loop holds the scope over the whole step and records what it saw.
+    r = amp.train("fp32", steps=1, batch=2, track_grads=False)
+    assert r.tf32_flags["float32_matmul_precision"] == "highest" and not r.tf32_flags["cuda_matmul_allow_tf32"]
+    assert amp.tf32_flags() == before
+
+
+def _amp_results(bf16_speedup: float) -> list[dict]:
+    return [{"name": "fp32", "median_step_s": 1.0, "peak_mem_gib": 30.0, "loss_finite": True},
+            {"name": "bf16", "median_step_s": 1.0 / bf16_speedup, "peak_mem_gib": 20.0, "loss_finite": True}]
+
+
+def test_amp_summary_explains_a_missed_target_and_survives_oom():
+    from course_kit.benchmarks import amp as amp_bench
+    cfg = tiny_gpt.config("smoke")
+    checks = {"same_scale_history": True, "same_params": True}
+    prof = {m: {"top": [{"kernel": "sm90_xmma_gemm", "count": 1, "gpu_ms": ms}],
+                "class_ms": {"gemm": ms, "attention": 0.0, "other": other}}
+            for m, ms, other in (("fp32", 90.0, 20.0), ("bf16", 10.0, 15.0))}
+    calls = []
+
+    def explain():
+        calls.append(1)
+        return prof
+
+    kw = dict(cfg=cfg, preset="smoke", batch=8, device="cuda")
+    s = amp_bench.summarize(_amp_results(2.0), checks, explain=explain, **kw)
+    assert not s["targets"]["bf16_speedup_vs_fp32 >= 2.5"] and s["max_peak_mem_gib"] == 30.0
+    assert s["explain_top_kernels"]["bf16"][0]["gpu_ms"] == 10.0
+    # Profiled: fp32 110 ms, bf16 25 ms (4.40x); the memory-bound 15 ms caps the speed-up near 110/15.
+    assert "2.00x" in s["explain"] and "4.40x" in s["explain"] and "7.3x" in s["explain"]
+    # A met target does not profile; neither does a CPU run.
+    s = amp_bench.summarize(_amp_results(3.0), checks, explain=explain, **kw)
+    assert "explain" not in s and len(calls) == 1
+    s = amp_bench.summarize(_amp_results(2.0), checks, explain=explain, **{**kw, "device": "cpu"})
+    assert "explain" not in s and len(calls) == 1
+
+    def oom():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 MiB")
+
+    s = amp_bench.summarize(_amp_results(2.0), checks, explain=oom, **kw)
+    assert "skipped" in s["explain"] and "out of memory" in s["explain"]
+    assert "explain_top_kernels" not in s
+    # Any other error is a bug and is not swallowed.
+    with pytest.raises(ZeroDivisionError):
+        amp_bench.summarize(_amp_results(2.0), checks, explain=lambda: 1 / 0, **kw)
+
+
+def test_kernel_classes_from_names():
+    from course_kit.benchmarks.amp import _kernel_class
+    assert _kernel_class("sm90_xmma_gemm_bf16bf16_bf16f32") == "gemm"
+    assert _kernel_class("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT") == "gemm"
+    assert _kernel_class("fmha_cutlassF_f32_aligned_64x64_rf_sm80") == "attention"
+    assert _kernel_class("void at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>") == "other"

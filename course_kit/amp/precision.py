@@ -17,22 +17,40 @@ class Precision:
     about: str
 
     @contextlib.contextmanager
-    def context(self, device_type: str) -> Iterator[None]:
-        """Run the forward pass in this precision; restores the matmul precision on exit."""
-        before = torch.get_float32_matmul_precision()
-        cudnn_before = torch.backends.cudnn.allow_tf32
-        # "highest" keeps fp32 matmuls in true fp32; "high" allows TF32 (10-bit mantissa) on GPUs.
+    def tf32_scope(self) -> Iterator[None]:
+        """Set every TF32 switch for this mode (on for "tf32", off for all others) and restore them on exit.
+
+        The training loop holds this scope over the whole step: forward, backward and optimizer, so
+        strict fp32 is strict in the backward pass too. Three switches exist: the matmul precision
+        ("highest" = true fp32, "high" = TF32), the legacy cuBLAS flag, and cuDNN's flag (convolutions)."""
+        before = (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32,
+                  torch.backends.cudnn.allow_tf32)
         torch.set_float32_matmul_precision("high" if self.tf32 else "highest")
+        torch.backends.cuda.matmul.allow_tf32 = self.tf32
         torch.backends.cudnn.allow_tf32 = self.tf32
         try:
+            yield
+        finally:
+            torch.set_float32_matmul_precision(before[0])
+            torch.backends.cuda.matmul.allow_tf32 = before[1]
+            torch.backends.cudnn.allow_tf32 = before[2]
+
+    @contextlib.contextmanager
+    def context(self, device_type: str) -> Iterator[None]:
+        """Run the forward pass in this precision (TF32 switches and autocast); restores them on exit."""
+        with self.tf32_scope():
             if self.autocast_dtype is None:
                 yield
             else:
                 with torch.autocast(device_type=device_type, dtype=self.autocast_dtype):
                     yield
-        finally:
-            torch.set_float32_matmul_precision(before)
-            torch.backends.cudnn.allow_tf32 = cudnn_before
+
+
+def tf32_flags() -> dict:
+    """The current state of the three TF32 switches, for the record."""
+    return {"float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+            "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32)}
 
 
 PRECISIONS: dict[str, Precision] = {

@@ -14,7 +14,7 @@ import torch
 
 from ..models.tiny_gpt import TinyGPT, batches, markov_tokens
 from . import grads as G
-from .precision import get
+from .precision import get, tf32_flags
 from .scaler import DynamicLossScaler
 
 SCALERS = ("torch", "course")
@@ -34,6 +34,7 @@ class RunResult:
     peak_mem_bytes: int | None = None
     saved_bytes: int | None = None
     grad_hist: dict | None = None   # log2 histogram of the last step's gradient magnitudes
+    tf32_flags: dict | None = None  # the TF32 switches as the steps saw them
 
     def median_step_s(self, warmup: int = 3) -> float:
         t = sorted(self.times_s[warmup:] or self.times_s)
@@ -97,46 +98,52 @@ def train(precision: str, *, preset: str = "smoke", steps: int = 30, batch: int 
     if prec.scaler:
         amp_scaler = (torch.amp.GradScaler(dev.type, **kw) if scaler == "torch" else DynamicLossScaler(**kw))
     res = RunResult(precision, str(dev))
-    res.saved_bytes = saved_activation_bytes(model, data[0], precision)
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(dev)
-    params = [p for p in model.parameters()]
-    for i in range(steps):
-        x = data[i]
-        _sync(dev)
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        with prec.context(dev.type):
-            loss = model.loss(x)
-        if amp_scaler is None:
-            scale = 1.0
-            loss.backward()
-            opt.step()
-            skipped = False
-        else:
-            scale = amp_scaler.get_scale()
-            amp_scaler.scale(loss).backward()
-            amp_scaler.step(opt)   # unscales the gradients, steps unless one overflowed
-            amp_scaler.update()
-            # A skipped step is exactly a step after which the scale backed off.
-            skipped = amp_scaler.get_scale() < scale
-        _sync(dev)
-        res.times_s.append(time.perf_counter() - t0)
-        res.losses.append(float(loss.detach()))
-        res.scales.append(float(scale))
-        res.skipped.append(bool(skipped))
-        if track_grads:
-            mags = G.flat_grads(params)  # already unscaled by step()
-            fr = G.underflow_fractions(mags)
-            res.underflow.append(fr["underflow"])
-            res.zero_grads.append(fr["zero"])
-            res.underflow_scaled.append(G.underflow_fractions(mags, scale)["underflow"])
-            if i == steps - 1:
-                res.grad_hist = G.log2_histogram(mags)
-        if on_step is not None:
-            on_step(i)
+    # TF32 switches over the whole step (backward and optimizer too), not only the autocast forward.
+    with prec.tf32_scope():
+        res.tf32_flags = tf32_flags()
+        res.saved_bytes = saved_activation_bytes(model, data[0], precision)
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+        params = [p for p in model.parameters()]
+        for i in range(steps):
+            x = data[i]
+            _sync(dev)
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            with prec.context(dev.type):
+                loss = model.loss(x)
+            if amp_scaler is None:
+                scale = 1.0
+                loss.backward()
+                opt.step()
+                skipped = False
+            else:
+                scale = amp_scaler.get_scale()
+                amp_scaler.scale(loss).backward()
+                amp_scaler.step(opt)   # unscales the gradients, steps unless one overflowed
+                amp_scaler.update()
+                # A skipped step is exactly a step after which the scale backed off.
+                skipped = amp_scaler.get_scale() < scale
+            _sync(dev)
+            res.times_s.append(time.perf_counter() - t0)
+            res.losses.append(float(loss.detach()))
+            res.scales.append(float(scale))
+            res.skipped.append(bool(skipped))
+            if track_grads:
+                mags = G.flat_grads(params)  # already unscaled by step()
+                fr = G.underflow_fractions(mags)
+                res.underflow.append(fr["underflow"])
+                res.zero_grads.append(fr["zero"])
+                res.underflow_scaled.append(G.underflow_fractions(mags, scale)["underflow"])
+                if i == steps - 1:
+                    res.grad_hist = G.log2_histogram(mags)
+            if on_step is not None:
+                on_step(i)
     if dev.type == "cuda":
         res.peak_mem_bytes = int(torch.cuda.max_memory_allocated(dev))
+    # Nothing in `res` refers to tensors: the model (unless the caller holds it), the optimizer, the
+    # scaler and the last step's activations and gradients go when this frame ends.
+    del opt, amp_scaler, params
     return res
 
 

@@ -42,7 +42,7 @@ PRESETS: dict[str, GPTConfig] = {
     "smoke": GPTConfig(vocab=64, d_model=32, n_layers=2, n_heads=2, seq_len=32),
     "cpu": GPTConfig(vocab=256, d_model=128, n_layers=4, n_heads=4, seq_len=128),
     "small_gpu": GPTConfig(vocab=8192, d_model=512, n_layers=8, n_heads=8, seq_len=512),
-    # ~0.35B parameters: fills an H200 with batch 32 x 1024 tokens in fp32.
+    # ~0.34B parameters: strict fp32 at batch 8 x 1024 tokens keeps ~25 GiB of activations (32: ~95 GiB).
     "full": GPTConfig(vocab=32768, d_model=1024, n_layers=24, n_heads=16, seq_len=1024),
 }
 

@@ -201,9 +201,10 @@ md(f"On this {DEVICE}: bf16 autocast ran a step in {t['bf16'] * 1e3:.1f} ms agai
 # %% [markdown]
 # ## 5. On an H200: speed, memory and skipped steps at scale
 #
-# `course-kit bench amp` trains a 0.34B-parameter TinyGPT (24 layers, width 1024, batch 32 x 1024
-# tokens) in each mode on the same batches. On a CPU-only machine this section shows the recorded
-# reference; on a GPU it shows the reference next to your own run above.
+# `course-kit bench amp` trains a 0.34B-parameter TinyGPT (24 layers, width 1024, sequences of 1024
+# tokens) in each mode on the same batches, freeing each mode's model, optimizer and activations
+# before the next. On a CPU-only machine this section shows the recorded reference; on a GPU it shows
+# the reference next to your own run above.
 
 # %%
 ref = notebook.gpu_only("amp") if not torch.cuda.is_available() else reference.load("amp")
@@ -220,7 +221,8 @@ if ref is not None:
     s = ref["summary"]
     ok = s["targets"]
     gpu = ref["environment"].get("gpu") or "reference machine"
-    md(f"On the {gpu}, with {s['n_params'] / 1e6:.0f}M parameters: the speed-up of a bf16 autocast step over "
+    md(f"On the {gpu}, with {s['n_params'] / 1e6:.0f}M parameters and batch {s.get('batch')} x "
+       f"{s.get('seq_len')} tokens (peak memory of the hungriest mode: {s.get('max_peak_mem_gib', float('nan')):.1f} GiB): the speed-up of a bf16 autocast step over "
        f"strict fp32 is **{s.get('bf16_speedup_vs_fp32', float('nan')):.2f}x** (target 2.5x: "
        f"{'met' if ok['bf16_speedup_vs_fp32 >= 2.5'] else 'missed'}); TF32 alone gives "
        f"{s.get('tf32_speedup_vs_fp32', float('nan')):.2f}x. fp16 with the scaler skipped "
@@ -228,8 +230,10 @@ if ref is not None:
        f"{s.get('skipped_warmup_steps')} (target at most 1%: "
        f"{'met' if ok['fp16_scaler_skipped_after_warmup <= 0.01'] else 'missed'}). The hand-written scaler "
        f"matched GradScaler on that GPU: {s['checks']['same_scale_history'] and s['checks']['same_params']}.")
+    if "explain" in s:
+        md("**Why the bf16 target was missed** (computed by the bench from its own profile): " + s["explain"])
     if "explain_top_kernels" in s:
-        md("The bf16 target was missed; the profiler's top kernels per mode explain where the time went:")
+        md("The profiler's top kernels per mode, in one profiled step:")
         for m, rows_k in s["explain_top_kernels"].items():
             md(f"**{m}**\n\n| kernel | ms |\n|---|---|\n" +
                "\n".join(f"| `{k['kernel'][:70]}` | {k['gpu_ms']:.2f} |" for k in rows_k[:6]))
