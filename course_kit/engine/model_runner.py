@@ -181,22 +181,8 @@ class ModelRunner:
         largest first so that they share one memory pool."""
         if not self.use_graphs or self.graphs:
             return
-        R = max(self.max_num_seqs, self.mixed_rows)
-        T = max(self.token_buckets) if self.varlen else self.max_num_seqs
-        W, dev = self.max_blocks_per_seq, self.device
-        max_tiles = T // TILE_M + R
-        scratch_slot = self.scratch_block * self.block_size
-        self._buf = {
-            "tokens": torch.zeros(T, dtype=torch.int64, device=dev),
-            "positions": torch.zeros(T, dtype=torch.int64, device=dev),
-            "slots": torch.full((T,), scratch_slot, dtype=torch.int64, device=dev),
-            "qstart": torch.arange(R + 1, dtype=torch.int32, device=dev),
-            "ctx": torch.ones(R, dtype=torch.int32, device=dev),
-            "tables": torch.full((R, W), self.scratch_block, dtype=torch.int32, device=dev),
-            "tile_row": torch.full((max_tiles,), -1, dtype=torch.int32, device=dev),
-            "tile_start": torch.zeros(max_tiles, dtype=torch.int32, device=dev),
-            "tile_len": torch.zeros(max_tiles, dtype=torch.int32, device=dev),
-        }
+        self._alloc_buffers()
+        dev, R = self.device, self.mixed_rows
         keys = [("decode", s) for s in self.decode_sizes()]
         if self.varlen:
             keys += [("mixed", b) for b in self.token_buckets]
@@ -219,6 +205,25 @@ class ModelRunner:
             self.graphs[key] = graph
             self._buf["qstart"].copy_(torch.arange(R + 1, dtype=torch.int32, device=dev))
         torch.cuda.synchronize()
+
+    def _alloc_buffers(self) -> None:
+        """The static input buffers every captured step reads (views of them, per shape)."""
+        R = max(self.max_num_seqs, self.mixed_rows)
+        T = max(self.token_buckets) if self.varlen else self.max_num_seqs
+        W, dev = self.max_blocks_per_seq, self.device
+        max_tiles = T // TILE_M + R
+        scratch_slot = self.scratch_block * self.block_size
+        self._buf = {
+            "tokens": torch.zeros(T, dtype=torch.int64, device=dev),
+            "positions": torch.zeros(T, dtype=torch.int64, device=dev),
+            "slots": torch.full((T,), scratch_slot, dtype=torch.int64, device=dev),
+            "qstart": torch.arange(R + 1, dtype=torch.int32, device=dev),
+            "ctx": torch.ones(R, dtype=torch.int32, device=dev),
+            "tables": torch.full((R, W), self.scratch_block, dtype=torch.int32, device=dev),
+            "tile_row": torch.full((max_tiles,), -1, dtype=torch.int32, device=dev),
+            "tile_start": torch.zeros(max_tiles, dtype=torch.int32, device=dev),
+            "tile_len": torch.zeros(max_tiles, dtype=torch.int32, device=dev),
+        }
 
     def _graph_batch(self, key: tuple[str, int]) -> EngineBatch:
         b = self._buf
