@@ -228,8 +228,11 @@ def probe(method: str, case: Case) -> Cell:
 
 def save_load(method: str, module: nn.Module, example: tuple, folder: str | None = None,
               dynamic_shapes: Any = None) -> Cell:
-    """Save the capture (.pt or .pt2), load it back, and compare the loaded one with eager."""
-    folder = folder or tempfile.mkdtemp(prefix="capture-")
+    """Save the capture (.pt or .pt2), load it back, and compare the loaded one with eager.
+    Without `folder` the files go to a temporary folder that is removed afterwards."""
+    if folder is None:
+        with tempfile.TemporaryDirectory(prefix="capture-") as tmp:
+            return save_load(method, module, example, tmp, dynamic_shapes)
     try:
         cap = capture(method, module, example, dynamic_shapes if method == "export" else None)
         if method in ("jit.trace", "jit.script"):
