@@ -37,7 +37,7 @@ def _defaults(size: str, cuda: bool) -> dict:
         return {"preset": "smollm-135m", "dtype": "bfloat16", "n_requests": 256, "prompt_len": [100, 1024],
                 "output_len": [100, 1024], "seed": 0, "max_num_seqs": 24, "block_size": 16,
                 "max_num_batched_tokens": 2048, "max_wait_s": 0.02, "peer_requests": 64,
-                "check_requests": 4, "check_tokens": 24, "also_slots": [64], "wide_slots": 256,
+                "check_requests": 4, "check_tokens": 24, "also_slots": [64], "wide_slots": 0,
                 "peer_slots": 64}
     return {"preset": "tiny", "dtype": "float32", "n_requests": 12, "prompt_len": [4, 40], "output_len": [4, 40],
             "seed": 0, "max_num_seqs": 4, "block_size": 16, "max_num_batched_tokens": 64, "max_wait_s": 0.02,
@@ -194,7 +194,7 @@ def run(params: dict) -> dict:
         eng.blocks.check_invariants()
         assert eng.blocks.num_used_blocks == 0, f"{name}: blocks leaked"
         results.append({"name": name, "policy": policy, "requests": len(ps), "max_num_seqs": slots, **s})
-        timelines[name] = {"intervals": slot_intervals(eng.steps) if len(ps) <= 512 else [],
+        timelines[name] = {"intervals": slot_intervals(eng.steps) if name in POLICIES else [],
                            "blocks": {k2: _downsample(v) for k2, v in block_usage(eng.steps, eng.blocks.num_blocks).items()}}
         del eng
         torch.cuda.empty_cache() if cuda else None
