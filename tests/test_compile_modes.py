@@ -164,3 +164,38 @@ def test_gpu_default_train_step_matches_eager_loss():
         step = workloads.make_train_step(model, opt, cm.compile_with_mode(step.loss_eager, mode), "cuda")
         losses[mode] = [float(step(d)) for d in data]
     assert losses["default"] == pytest.approx(losses["eager"], rel=2e-2)
+
+
+def _train_row(mode: str, steady_ms: float, kernels: dict, spread: float = 0.01, total: float | None = None) -> dict:
+    row = {"mode": mode, "name": f"train {mode}", "steady_s": steady_ms / 1e3, "spread": spread,
+           "launch_calls_per_call": 200.0,
+           "top_kernels": [{"kernel": k, "count": 1.0, "gpu_us_per_call": us} for k, us in kernels.items()]}
+    if total is not None:
+        row["gpu_us_per_call_total"] = total
+    return row
+
+
+def test_explain_train_separates_kernel_gap_from_the_rest():
+    from course_kit.compile_modes.explain import explain_train, kernel_key
+    assert kernel_key("triton_red_fused_softmax_19") == kernel_key("triton_red_fused_softmax_22")
+    gemm = {"nvjet_sm90_tst_192x128": 900.0, "Optimizer.step#AdamW.step": 400.0}
+    rows = {"eager": _train_row("eager", 11.0, {**gemm, "elementwise_copy": 1100.0}),
+            "default": _train_row("default", 7.0, {**gemm, "triton_red_fused_softmax_19": 340.0}),
+            "max-autotune-no-cudagraphs": _train_row("max-autotune-no-cudagraphs", 10.0,
+                                                     {**gemm, "triton_red_fused_softmax_22": 330.0,
+                                                      "Optimizer.step#AdamW.step": 520.0}, spread=0.17)}
+    why = explain_train(rows, "max-autotune-no-cudagraphs")
+    t = why["text"]
+    assert "1.10x eager" in t and "missed" in t and "3.00 ms slower than `default`" in t
+    assert "outside" in t and "17%" in t and "same cuBLAS kernels" in t
+    assert why["kernel_deltas"] and all("#" not in d["kernel"] for d in why["kernel_deltas"])  # ranges are not kernels
+    assert why["gpu_us_complete"] is False
+    # A gap that is in the kernels is named kernel by kernel.
+    rows["max-autotune-no-cudagraphs"] = _train_row("max-autotune-no-cudagraphs", 10.0,
+                                                    {"triton_mm_7": 3900.0}, total=4300.0)
+    rows["default"]["gpu_us_per_call_total"] = 1300.0
+    why = explain_train(rows, "max-autotune-no-cudagraphs")
+    assert "in the kernels" in why["text"] and "`triton_mm`" in why["text"] and why["gpu_us_complete"]
+    # A met target says so.
+    rows["max-autotune-no-cudagraphs"] = _train_row("max-autotune-no-cudagraphs", 6.0, gemm)
+    assert "target 1.2x met" in explain_train(rows, "max-autotune-no-cudagraphs")["text"]

@@ -30,15 +30,22 @@ def profile_launches(fn: Callable, *args: Any, calls: int = 3, top: int = 8) -> 
         for _ in range(calls):
             fn(*args)
         torch.cuda.synchronize()
-    launches, kernels, rows = 0, 0, []
+    launches, kernels, total_us, rows = 0, 0, 0.0, []
     for evt in prof.key_averages():
         if _LAUNCH_CALL.match(evt.key) and evt.device_type != torch.autograd.DeviceType.CUDA:
             launches += evt.count
         elif evt.device_type == torch.autograd.DeviceType.CUDA and "memcpy" not in evt.key.lower() \
-                and "memset" not in evt.key.lower():
+                and "memset" not in evt.key.lower() and not is_annotation(evt):
             kernels += evt.count
+            total_us += _device_time_us(evt)
             rows.append({"kernel": evt.key[:120], "count": evt.count / calls,
                          "gpu_us_per_call": _device_time_us(evt) / calls})
     rows.sort(key=lambda r: -r["gpu_us_per_call"])
     return {"launch_calls_per_call": launches / calls, "gpu_kernels_per_call": kernels / calls,
-            "top_kernels": rows[:top]}
+            "gpu_us_per_call_total": total_us / calls, "top_kernels": rows[:top]}
+
+
+def is_annotation(evt: Any) -> bool:
+    """A GPU-side user range (e.g. "Optimizer.step#AdamW.step", "## Call CompiledFxGraph ##"), which
+    spans kernels instead of being one: counting it would count their time twice."""
+    return bool(getattr(evt, "is_user_annotation", False)) or "#" in evt.key

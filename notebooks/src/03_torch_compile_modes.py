@@ -245,6 +245,25 @@ if ref is not None:
                  f"{s['train_compile_s'].get(ma, float('nan')):.0f} s to compile against "
                  f"{s['train_compile_s'].get('default', float('nan')):.0f} s for `default`.")
     md(text)
+
+# %% [markdown]
+# Where a target is missed, the record's own profile says why. Below, the training step of the
+# autotuned mode is compared with `default` kernel by kernel (Inductor's numbered kernel names are
+# matched without their counters): if its kernels take the same GPU time, the gap lies outside them.
+
+# %%
+if ref is not None and ma:
+    from course_kit.compile_modes.explain import explain_train
+    why = explain_train({r["mode"]: r for r in train_rows}, ma)
+    md("**Training step, explained from the record:** " + why["text"])
+    if why["kernel_deltas"]:
+        md("Top kernels whose GPU time per step changed against the peer (µs):\n\n| kernel | peer | "
+           f"`{ma}` | change |\n|---|---|---|---|\n" + "\n".join(
+               f"| `{d['kernel'][:60]}` | {d['peer_us']:.0f} | {d['us']:.0f} | {d['delta_us']:+.0f} |"
+               for d in why["kernel_deltas"][:8]))
+
+# %%
+if ref is not None:
     for rows_, label in ((decode_rows, "decode"), (train_rows, "training")):
         for r in rows_:
             if r["mode"] in ("eager", "reduce-overhead", "max-autotune-no-cudagraphs") and r.get("top_kernels"):
@@ -281,7 +300,8 @@ grading.check("03.fullgraph", fixed)
 #   report compile time and steady state separately.
 # - `reduce-overhead` removes launch overhead with CUDA graphs, and shines on small static steps like
 #   batch-1 decode; it needs static shapes and addresses (a static KV cache).
-# - `max-autotune` searches matmul kernels per shape: slower to compile, faster on matmul-heavy steps.
+# - `max-autotune` searches matmul kernels per shape: much slower to compile, and faster only where a
+#   candidate beats cuBLAS at those shapes (section 6 checks whether one did).
 # - Graph breaks and recompiles silently eat the gains: find them with `torch._dynamo.explain`,
 #   `fullgraph=True`, and `dynamic=True` / `mark_dynamic`.
 #
