@@ -22,14 +22,17 @@
 # %% [markdown]
 # ## Parameters
 # On a CPU the engine runs the `tiny` Llama (seeded random weights) on small workloads; on a GPU the
-# `smollm-135m` shape in bf16. `COURSE_KIT_SMOKE=1` (CI) picks the smallest sizes.
+# `smollm-135m` shape in bf16 (fp16 on a T4, whose tensor cores have no bf16). `COURSE_KIT_SMOKE=1`
+# (CI) picks the smallest sizes.
 
 # %% {"tags": ["parameters"]}
 P = device.defaults()
 GPU = P["device"] == "cuda"
+FULL = P["size"] == "full"                                           # a large GPU
 PRESET = "smollm-135m" if GPU else "tiny"
-DTYPE = "bfloat16" if GPU else "float32"
-N_REQUESTS = 256 if GPU else (10 if P["smoke"] else 24)            # offline workload
+# bf16 where the GPU has bf16 tensor cores, fp16 on older ones (a T4), fp32 on a CPU
+DTYPE = str(device.capabilities().preferred_dtype()).replace("torch.", "")
+N_REQUESTS = 256 if FULL else (64 if GPU else (10 if P["smoke"] else 24))   # offline workload
 PROMPT_LEN = (100, 1024) if GPU else (4, 48)
 OUTPUT_LEN = (100, 1024) if GPU else ((4, 24) if P["smoke"] else (4, 48))
 MAX_NUM_SEQS = 24 if GPU else 4                                      # batch slots
@@ -65,7 +68,7 @@ def table(rows: dict, cols: list[str]) -> None:
 if not GPU:
     # the tiny model is far too small to gain from several threads; one thread avoids contention
     torch.set_num_threads(1)
-dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[DTYPE]
+dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[DTYPE]
 model = llama.Transformer.from_preset(PRESET, seed=SEED, dtype=dtype, device=P["device"])
 cfg = model.config
 md(f"Model **{PRESET}**: {cfg.n_layers} layers, {cfg.n_heads} query heads and {cfg.n_kv_heads} KV heads of "
