@@ -25,6 +25,7 @@ import time
 import torch
 
 from .. import bench
+from .. import device as _device
 from ..engine import Engine, SamplingParams, trace
 from ..engine.metrics import block_usage, slot_intervals
 from ..models import llama
@@ -34,7 +35,9 @@ POLICIES = ("static", "dynamic", "continuous")
 
 def _defaults(size: str, cuda: bool) -> dict:
     if cuda and size in ("full", "small_gpu"):
-        return {"preset": "smollm-135m", "dtype": "bfloat16", "n_requests": 256, "prompt_len": [100, 1024],
+        # bf16 where there are bf16 tensor cores; fp16 on older GPUs (a T4)
+        half = str(_device.capabilities().preferred_dtype()).replace("torch.", "")
+        return {"preset": "smollm-135m", "dtype": half, "n_requests": 256, "prompt_len": [100, 1024],
                 "output_len": [100, 1024], "seed": 0, "max_num_seqs": 24, "block_size": 16,
                 "max_num_batched_tokens": 2048, "max_wait_s": 0.02, "peer_requests": 64,
                 "check_requests": 4, "check_tokens": 24, "also_slots": [64], "wide_slots": 0,
