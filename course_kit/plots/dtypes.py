@@ -24,20 +24,21 @@ def _add_ranges(fig: go.Figure, formats: Sequence[str], row: Optional[int] = Non
     for name in formats:
         f = get_format(name)
         if f.kind == "int":
-            spans = [("integers 1..max", 1.0, f.max, 0.55)]
+            spans = [("integers 1..max", 1.0, f.max, "#9467bd")]
         else:
-            spans = [("subnormal", f.smallest_subnormal, f.smallest_normal, 0.35),
-                     ("normal", f.smallest_normal, f.max, 0.85)]
-        for label, lo, hi, alpha in spans:
+            spans = [("subnormal", f.smallest_subnormal, f.smallest_normal, "#9ecae1"),
+                     ("normal", f.smallest_normal, f.max, "#1f77b4")]
+        for label, lo, hi, color in spans:
             fig.add_trace(go.Scatter(
-                x=[lo, hi], y=[name, name], mode="lines", line={"width": 14},
-                opacity=alpha, name=f"{name} {label}", showlegend=False,
+                x=[lo, hi], y=[name, name], mode="lines", line={"width": 14, "color": color},
+                name=f"{name} {label}", showlegend=False,
                 hovertemplate=f"{name} {label}: %{{x:.3g}}<extra></extra>"), **kw)
 
 
 def range_figure(value: Optional[float] = None,
                  formats: Sequence[str] = FORMAT_NAMES) -> go.Figure:
-    """Each format's positive range on a log axis: subnormals (light) and normals (dark)."""
+    """Each format's positive range on a log axis: subnormals (light blue), normals (blue),
+    integers (purple)."""
     fig = go.Figure()
     _add_ranges(fig, formats)
     if value is not None and value != 0 and math.isfinite(value):

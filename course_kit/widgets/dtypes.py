@@ -1,7 +1,7 @@
 """The slider-driven overflow explorer and the operation explorer (ipywidgets + plotly).
 
 Rendering path: each update builds a plain plotly figure (a pure function in
-course_kit.plots.dtypes) and redraws it inside an ipywidgets Output widget. Plotly's FigureWidget
+course_kit.plots.dtypes) and puts its display data into an ipywidgets Output widget. Plotly's FigureWidget
 would need anywidget in JupyterLab 4 and a custom widget manager on Colab; a plain figure shown in
 an Output widget renders with plotly's ordinary renderers in JupyterLab, VS Code and Colab alike.
 Callbacks are plain methods: tests set a slider's value and read .figure and .table.value.
@@ -9,6 +9,7 @@ Callbacks are plain methods: tests set a slider's value and read .figure and .ta
 from __future__ import annotations
 
 import html
+import json
 import math
 from typing import Optional, Sequence
 
@@ -19,21 +20,36 @@ from ..dtypes import FORMAT_NAMES, Rounding, classify, get_format
 from ..dtypes import ops as dops
 from ..plots.dtypes import FIELD_COLORS, explorer_figure, ops_figure
 
-__all__ = ["OverflowExplorer", "OpExplorer", "table_html", "redraw"]
+__all__ = ["OverflowExplorer", "OpExplorer", "table_html", "redraw", "figure_bundle"]
+
+
+def figure_bundle(fig: go.Figure) -> dict:
+    """The display data of a plotly figure: plotly's own mime type (rendered by JupyterLab's
+    plotly extension), HTML that loads plotly.js from its CDN (for front ends without the
+    extension, such as Colab), and plain text."""
+    spec = json.loads(fig.to_json())                      # JSON-safe data and layout
+    spec["config"] = {"displaylogo": False}
+    title = fig.layout.title.text or "figure"
+    return {"application/vnd.plotly.v1+json": spec,
+            "text/html": fig.to_html(full_html=False, include_plotlyjs="cdn",
+                                     config=spec["config"]),
+            "text/plain": f"<plotly figure: {title}>"}
 
 
 def redraw(out: W.Output, fig: go.Figure) -> None:
-    """Replace what the Output widget shows with the figure (only inside a kernel)."""
+    """Replace what the Output widget shows with the figure (only inside a kernel).
+
+    The display data is written into the widget's `outputs` in one assignment: one comm message,
+    no flicker, and no `with out:` output capture, whose message routing papermill's executor
+    (nbclient) can wait on forever.
+    """
     try:
         from IPython import get_ipython
-        from IPython.display import display
     except ImportError:                     # pragma: no cover - IPython ships with ipywidgets
         return
     if get_ipython() is None:              # headless (tests): the figure is kept on the object
         return
-    out.clear_output(wait=True)
-    with out:
-        display(fig)
+    out.outputs = ({"output_type": "display_data", "data": figure_bundle(fig), "metadata": {}},)
 
 
 def _bits_html(r: Rounding) -> str:

@@ -46,7 +46,8 @@ class MemoryEstimator:
             raise ValueError(f"unknown GPU {gpu!r}; choose one of {list(GPU_MEMORY_GB)}")
         self.model = W.Dropdown(options=[(f"{k}: {v.name}", k) for k, v in PRESETS.items()],
                                 value=model, description="model")
-        self.mode = W.ToggleButtons(options=list(MODES), value=mode, description="mode")
+        self.mode = W.ToggleButtons(options=list(MODES), value=mode, description="mode",
+                                    style={"button_width": "220px"})
         self.dtype = W.Dropdown(options=["fp32", "bf16", "fp8", "int8", "int4"], value=dtype,
                                 description="weights")
         self.seq = W.IntSlider(value=seq, min=0, max=131072, step=512, description="sequence",

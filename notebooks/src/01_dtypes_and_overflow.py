@@ -188,13 +188,15 @@ md(f"{N_RANDOM:,} random values per format: **{sum(mismatches.values())} mismatc
 # <span style="color:#2ca02c">mantissa</span>), the relative error and the outcome. The figure marks
 # `|x|` (dashed) and each format's stored value (diamonds, coloured by outcome) on the ranges.
 #
-# **How it is drawn, and why.** Each change builds an ordinary plotly figure and redraws it inside
-# an ipywidgets `Output` widget. Plotly's `FigureWidget` would update in place, but in JupyterLab 4
-# it needs the `anywidget` package, and on Colab it needs a custom widget manager; a plain figure in
-# an `Output` widget renders with plotly's normal renderers everywhere. **On Colab** the same path
-# is used: the cell below enables Colab's custom widget manager (Colab needs it for ipywidgets 8)
-# and plotly picks its `colab` renderer by itself. The callbacks are plain methods, so the course's
-# tests drive them without a browser (and one test drives them in a real browser).
+# **How it is drawn, and why.** Each change builds an ordinary plotly figure and writes its
+# display data into an ipywidgets `Output` widget: plotly's own mime type, which JupyterLab's plotly
+# extension renders, and an HTML version that loads plotly.js from plotly's CDN. Plotly's
+# `FigureWidget` would update in place, but in JupyterLab 4 it needs the `anywidget` package, and
+# on Colab a custom widget manager as well; a plain figure in an `Output` widget needs neither.
+# **On Colab** the same path is used: Colab has no plotly extension, so it shows the HTML version,
+# and the cell below enables Colab's custom widget manager, which ipywidgets 8 needs there. The
+# callbacks are plain methods, so the course's tests drive them without a browser (and one test
+# drives them in a real JupyterLab in headless Chromium).
 
 # %%
 if device.on_colab():
