@@ -1,8 +1,8 @@
 """Issue 11's CI test on the real course: release it, grade the instructor solutions (full marks)
 and the raw release (zero, NotImplementedError for every exercise).
 
-Every notebook runs twice, so this takes as long as the notebooks themselves: it runs only with
-COURSE_KIT_GRADE_COURSE=1 (the lead's release check), e.g.
+Every notebook runs twice, so by default (CI) two quick notebooks are graded; the whole course is
+graded with COURSE_KIT_GRADE_COURSE=1 (the instructor's release check), e.g.
     COURSE_KIT_GRADE_COURSE=1 .venv/bin/pytest -q tests/test_grading_course.py
 """
 from __future__ import annotations
@@ -17,13 +17,15 @@ from course_kit.grading import cli, grade, release, runner
 
 SOURCE = Path(__file__).resolve().parents[1] / "notebooks"
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(os.environ.get("COURSE_KIT_GRADE_COURSE") != "1",
-                                                   reason="set COURSE_KIT_GRADE_COURSE=1 to grade the whole course")]
+pytestmark = [pytest.mark.slow]
+WHOLE_COURSE = os.environ.get("COURSE_KIT_GRADE_COURSE") == "1"
+QUICK = {"00_start_here.ipynb", "04_graph_capture.ipynb"}
 
 
 def test_course_release_solutions_full_marks_raw_release_zero(tmp_path):
     manifest = release.release(SOURCE, tmp_path / "release")
-    graded = [n["notebook"] for n in manifest["notebooks"] if n["exercises"]]
+    graded = [n["notebook"] for n in manifest["notebooks"]
+              if n["exercises"] and (WHOLE_COURSE or n["notebook"] in QUICK)]
     assert graded, "no course notebook has exercises yet"
     subs = tmp_path / "subs"
     for name in graded:
@@ -35,6 +37,8 @@ def test_course_release_solutions_full_marks_raw_release_zero(tmp_path):
         (subs / "raw" / name).write_bytes((tmp_path / "release" / name).read_bytes())
     rows = grade.grade(subs, tmp_path / "gb.csv", SOURCE, workers=2,
                        limits=runner.Limits(cell_timeout=600, total_timeout=1800))
+    rows = [r for r in rows if r.notebook in graded]       # the others were not submitted
+    assert rows
     solved = [r for r in rows if r.student == "solved"]
     raw = [r for r in rows if r.student == "raw"]
     assert all(r.status == "passed" and r.points == r.max_points for r in solved), \
