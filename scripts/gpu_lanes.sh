@@ -10,7 +10,7 @@ i=0
 for lane in "$@"; do
   gpus=${lane%%|*}; work=${lane#*|}
   # shellcheck disable=SC2086
-  (CUDA_VISIBLE_DEVICES=$gpus LANE=$i NO_TAR=1 scripts/gpu_session.sh $work > "$OUT/results/lane$i.log" 2>&1) &
+  (CUDA_VISIBLE_DEVICES=$gpus LANE=$i NO_TAR=1 timeout "${LANE_TIMEOUT:-3000}" scripts/gpu_session.sh $work > "$OUT/results/lane$i.log" 2>&1) &
   pids+=($!); i=$((i + 1))
 done
 for p in "${pids[@]}"; do wait "$p"; done

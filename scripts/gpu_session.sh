@@ -21,7 +21,7 @@ stage() {
               timeout "${BENCH_TIMEOUT:-900}" python3 -m course_kit bench "$t" --out "$RES/$slug" 2>&1 | tee -a "$RES/bench-$slug$tag.log"
               echo "## $t took $(( $(date +%s) - start )) s" | tee -a "$RES/bench-$slug$tag.log"
             done ;;
-    record) python3 -m course_kit record "$@" --out "$RES/$slug/notebooks" 2>&1 | tee -a "$RES/record-$slug$tag.log" ;;
+    record) python3 -m course_kit record "$@" --timeout "${CELL_TIMEOUT:-600}" --out "$RES/$slug/notebooks" 2>&1 | tee -a "$RES/record-$slug$tag.log" ;;
     *) echo "unknown stage $what"; return 2 ;;
   esac
 }
