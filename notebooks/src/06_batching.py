@@ -226,11 +226,14 @@ md(f"Replaying {len(reqs)} requests of `{TRACE}` over {arrivals[-1]:.1f} s: the 
 
 # %% [markdown]
 # Throughput against latency, one point per offered load: Poisson arrivals at a fraction or a
-# multiple of the request rate continuous batching sustained offline. A good policy stays to the
+# multiple of the request rate continuous batching sustains on these requests when they all arrive
+# at once. A good policy stays to the
 # upper left as the load grows.
 
 # %%
-capacity = N_REQUESTS / s["continuous"]["duration_s"]       # requests/s continuous batching sustained
+cap_engine = Engine(model, policy="continuous", **opts)
+cap_outs = cap_engine.generate(t_prompts, t_params)            # the trace's requests, all at once
+capacity = len(t_prompts) / cap_engine.summary(cap_outs)["duration_s"]   # requests/s sustained
 points = []
 for factor in ([0.5, 2.0] if P["smoke"] else [0.25, 0.5, 1.0, 2.0]):
     arr = trace.poisson_arrivals(len(t_prompts), capacity * factor, seed=SEED)
