@@ -122,3 +122,43 @@ def test_launch_ratio_and_reduce_overhead_step_agree_with_eager():
             got = step(tokens, pos).float().clone()
         want = model.decode(tokens, pos, cache).float()
     assert ((got - want).norm() / want.norm()).item() < 2e-2
+
+
+def _decode_record(with_profiles: bool = True) -> tuple[dict, list[dict]]:
+    rows = [{"preset": "smollm-135m", "variant": v, "batch": 1, "ms_per_step": ms}
+            for v, ms in (("graph", 3.0), ("fused_graph", 1.0), ("reduce_overhead", 2.5))]
+    rows.append({"preset": "llama-1b", "variant": "fused_graph", "batch": 1, "ms_per_step": 1.25,
+                 "bytes_per_token": 2.5e9})
+    s = {"decode_bytes": {"preset": "smollm-135m"}, "runner_variant": "fused_graph",
+         "reduce_overhead_vs_runner": 0.4, "targets": {"reduce_overhead_within": 0.15, "hbm_fraction": 0.6},
+         "hbm_variant": "fused_graph", "hbm_gbs": 2000.0, "hbm_fraction": 0.47, "copy_gbs": 4250.0,
+         "big_ms_per_token": 1.25,
+         "profile_fused_graph_b1": {"kernels_per_step": 444, "gpu_us_per_step": 900.0, "top": []},
+         "profile_big_b1": {"kernels_per_step": 265, "gpu_us_per_step": 1150.0,
+                            "top": [{"kernel": "nvjet_sm90_tst_128x8", "calls_per_step": 16, "us_per_step": 300.0},
+                                    {"kernel": "fmha_cutlassF_bf16", "calls_per_step": 16, "us_per_step": 50.0},
+                                    {"kernel": "triton_poi_fused_add", "calls_per_step": 32, "us_per_step": 40.0}]}}
+    if with_profiles:
+        s["profile_reduce_overhead_b1"] = {"kernels_per_step": 900, "gpu_us_per_step": 1500.0, "top": []}
+        s["profile_big_b1"].update(gemm_us_per_step=850.0, gemm_kernels_per_step=80)
+    return s, rows
+
+
+def test_decode_explanations_state_the_ratio_and_split_the_time():
+    from course_kit.decode_explain import explain_hbm, explain_reduce_overhead, gemm_split, is_gemm
+    assert is_gemm("nvjet_sm90_tst_64x8_64x16_4x1_v_bx_splitK_TNT") and not is_gemm("fmha_cutlassF_bf16")
+    s, rows = _decode_record()
+    ro = explain_reduce_overhead(s, rows)
+    assert "2.50x slower than the runner" in ro and "missed" in ro and "/ tokens/s" in ro
+    # gap 1500 µs: 600 µs more kernel time, and 1000-900=100 vs 2500-1500=1000 idle: 900 µs more idle
+    assert "600 µs is extra GPU kernel time" in ro and "900 µs is more time the GPU sits idle" in ro
+    hbm = explain_hbm(s, rows)
+    assert "92% busy" in hbm and "47%" in hbm and "missed" in hbm
+    assert "80 kernels, 850 µs" in hbm and "185 kernels" in hbm
+    # Older records: top kernels only, no reduce-overhead profile; attention is not a matmul.
+    s, rows = _decode_record(with_profiles=False)
+    assert gemm_split(s["profile_big_b1"]) == {"gemm_us": 300.0, "gemm_kernels": 16, "other_us": 850.0,
+                                               "other_kernels": 249, "complete": False}
+    assert "top kernels only" in explain_hbm(s, rows)
+    assert "no profile of the reduce-overhead step" in explain_reduce_overhead(s, rows)
+    assert "no reduce-overhead" in explain_reduce_overhead({}, [])
