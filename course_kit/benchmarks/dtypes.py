@@ -137,7 +137,13 @@ def run(params: dict) -> dict:
     n = int(params.get("n", SIZES.get(size, 128)))
     repeat = int(params.get("repeat", 30 if size == "full" else 10))
     rotate = int(params.get("rotate", 3 if dev == "cuda" else 1))
-    keys = [k for k in params.get("variants", list(VARIANTS)) if k in VARIANTS]
+    wanted = params.get("variants") or list(VARIANTS)
+    if isinstance(wanted, str):                          # from the CLI: "bf16,fp8_fast"
+        wanted = [w.strip() for w in wanted.split(",")]
+    unknown = [k for k in wanted if k not in VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
+    keys = list(wanted)
     if dev != "cuda":
         keys = [k for k in keys if k != "tf32"]          # tf32 is a GPU tensor-core mode
     pk = device.peaks() if dev == "cuda" else None
