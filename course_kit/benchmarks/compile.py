@@ -2,8 +2,9 @@
 
 Each mode compiles cold (its own empty Inductor/Triton cache folder), is checked against eager
 (decode logits over 16 positions; the first training step's loss), then timed: compile time apart
-from steady state. On a GPU it also counts launches and GPU kernels per call with the profiler and
-keeps the top kernels, which explain a missed target. Acceptance: reduce-overhead decode >= 3x
+from steady state. On a GPU it also counts launches, GPU kernels and GPU kernel time per call with
+the profiler and keeps the top kernels; the summary's `explain` compares the autotuned training step
+with `default` kernel by kernel (compile_modes.explain). Acceptance: reduce-overhead decode >= 3x
 eager; max-autotune(-no-cudagraphs) training step >= 1.2x eager.
 """
 from __future__ import annotations
