@@ -23,7 +23,7 @@ from .. import bench
 from ..engine import SamplingParams, trace
 from ..engine.async_loop import AsyncEngine
 from ..models import llama
-from .batching import _hf_generate_greedy, hf_generate_batch, hf_generate_static
+from .batching import _check_same, _hf_generate_greedy, hf_generate_batch, hf_generate_static
 
 
 def _defaults(size: str, cuda: bool) -> dict:
@@ -97,12 +97,13 @@ def _run(params: dict) -> dict:
     hf32 = llama.to_hf(m32)
     check_prompts = [x[:64] for x in prompts[:k]]
     ref = [_hf_generate_greedy(hf32, x, kt) for x in check_prompts]
-    checks = {}
+    checks, ties = {}, 0
     for name, spec in variants.items():
         got = _build(m32, spec, opts).generate(check_prompts, SamplingParams(max_new_tokens=kt))
-        checks[name] = [o.tokens for o in got] == ref
-        if not checks[name]:
-            raise AssertionError(f"{name}: fp32 greedy tokens differ from HF generate")
+        # raises unless identical, or diverging only at a numerical tie of HF's own logits
+        ties += sum(_check_same(hf32, x, r, o.tokens, f"{name}, request {i}")
+                    for i, (x, r, o) in enumerate(zip(check_prompts, ref, got)))
+        checks[name] = True
     del m32, hf32
     hf = llama.to_hf(model)
 
@@ -136,31 +137,50 @@ def _run(params: dict) -> dict:
         if name == "HF generate_batch" and not p.get("hf_generate_batch", True):
             results.append({"name": name, "kind": "HF peer", "skipped": "off at this size"})
             continue
-        fn = ((lambda ps, ns: hf_generate_static(hf, ps, ns, p["max_num_seqs"])) if name == "HF generate"
-              else (lambda ps, ns: hf_generate_batch(hf, ps, ns)))
-        try:
-            fn(prompts[:2], [4, 4])                                              # warm-up
-            _sync()
-            t0 = time.perf_counter()
-            out = fn(prompts, news)
-            _sync()
-            dt = time.perf_counter() - t0
-        except Exception as err:   # noqa: BLE001 - a peer failing must not lose the other figures
-            results.append({"name": name, "kind": "HF peer", "skipped": f"{type(err).__name__}: {err}"})
+        # generate_batch: the same workload hints for the warm-up and the timed call, and the
+        # manager kept warm between them (CUDA graphs captured once), as the batching topic does
+        hints = (max(len(x) for x in prompts), max(news), len(prompts))
+        attempts = ([("HF generate", lambda ps, ns: hf_generate_static(hf, ps, ns, p["max_num_seqs"]))]
+                    if name == "HF generate" else
+                    [("HF generate_batch", lambda ps, ns: hf_generate_batch(hf, ps, ns, hints=hints, keep=True)),
+                     ("HF generate_batch (CUDA graphs off after a failure)",
+                      lambda ps, ns: hf_generate_batch(hf, ps, ns, hints=hints, keep=True, graphs=False))])
+        out = None
+        for label, fn in attempts[:1 if not cuda else None]:
+            try:
+                fn(prompts[:2], [4, 4])                                          # warm-up
+                _sync()
+                t0 = time.perf_counter()
+                out = fn(prompts, news)
+                _sync()
+                dt = time.perf_counter() - t0
+                toks = out[0] if isinstance(out, tuple) else out
+                if [len(t) for t in toks] != news:
+                    out = None
+                    raise AssertionError("output lengths differ from the requested ones")
+                name = label
+                break
+            except Exception as err:  # noqa: BLE001 - a peer failing must not lose the other figures
+                results.append({"name": label, "kind": "HF peer",
+                                "skipped": f"{type(err).__name__}: {err}"[:500]})
+                if hasattr(hf, "destroy_cached_continuous_batching_manager"):
+                    hf.destroy_cached_continuous_batching_manager()
+        if hasattr(hf, "destroy_cached_continuous_batching_manager"):
+            hf.destroy_cached_continuous_batching_manager()
+        if out is None:
             continue
-        toks, extra = (out if isinstance(out, tuple) else (out, {}))
-        if [len(t) for t in toks] != news:
-            raise AssertionError(f"{name}: output lengths differ from the requested ones")
+        extra = out[1] if isinstance(out, tuple) else {}
         results.append({"name": name, "kind": "HF peer", "duration_s": dt,
                         "throughput_tok_s": n_tokens / dt, **extra})
 
     thr = {r["name"]: r["throughput_tok_s"] for r in results if "throughput_tok_s" in r}
     full = list(variants)[-1]
-    summary = {"correct_fp32": checks, "throughput_tok_s": thr, "output_tokens": n_tokens,
-               "full_engine": full}
+    summary = {"correct_fp32": checks, "fp32_numerical_ties": ties, "throughput_tok_s": thr,
+               "output_tokens": n_tokens, "full_engine": full}
     for peer in ("HF generate", "HF generate_batch"):
-        if peer in thr:
-            summary[f"engine_vs_{peer.replace(' ', '_')}"] = thr[full] / thr[peer]
+        measured = [n for n in thr if n.startswith(peer) and (peer != "HF generate" or n == peer)]
+        if measured:
+            summary[f"engine_vs_{peer.replace(' ', '_')}"] = thr[full] / thr[measured[0]]
     base = "engine: continuous + paged KV"
     for name in variants:
         summary[f"speedup_vs_engine_base::{name}"] = thr[name] / thr[base]
