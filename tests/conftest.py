@@ -6,6 +6,8 @@ import torch
 # be set before triton is imported.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    # The tests use tiny models, for which thread start-up costs more than a second core gains.
+    torch.set_num_threads(1)
 os.environ.setdefault("COURSE_KIT_SMOKE", "1")
 
 import pytest  # noqa: E402
