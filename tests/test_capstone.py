@@ -38,7 +38,7 @@ def test_ratios_check():
 
 @pytest.mark.gpu
 def test_gpu_engine_variants_match_hf_in_fp32():
-    from course_kit.benchmarks.batching import _hf_generate_greedy
+    from course_kit.benchmarks.batching import _check_same, _hf_generate_greedy
     from course_kit.engine import SamplingParams
     from course_kit.models import llama
     m = llama.Transformer.from_preset("smollm-135m", seed=0, dtype=torch.float32, device="cuda")
@@ -49,4 +49,5 @@ def test_gpu_engine_variants_match_hf_in_fp32():
     opts = dict(max_num_seqs=8, max_num_batched_tokens=512, max_model_len=128)
     for name, spec in capstone.engine_variants(True).items():
         outs = capstone._build(m, spec, opts).generate(prompts, SamplingParams(max_new_tokens=24))
-        assert [o.tokens for o in outs] == ref, name
+        for p, r, o in zip(prompts, ref, outs):   # identical, or diverging only at a logit tie
+            _check_same(hf, p, r, o.tokens, name)
