@@ -290,3 +290,72 @@ def test_graph_replay_buffers_on_cpu(model, workload, hf_reference, policy):
     assert _FakeGraph.replays.get("decode", 0) > 10
     if policy == "continuous":
         assert _FakeGraph.replays.get("mixed", 0) > 0
+
+
+def _spy_order(engine) -> list[bool]:
+    """Record, per step, whether the runner's row order differs from the scheduler's order."""
+    reordered, prepare = [], engine.prepare
+
+    def spy(sched):
+        inputs = prepare(sched)
+        reordered.append([id(s) for s in inputs.order] != [id(s) for s in sched.scheduled])
+        return inputs
+    engine.prepare = spy
+    return reordered
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_one_token_chunk_after_longer_chunks_gets_its_own_token(model, workload, hf_reference, varlen):
+    """Regression (the H200 256-slot batching run died on `assert token is not None`): a prefill chunk
+    cut to the last token of the step's budget is a one-token row, which the runner lays out before
+    the longer chunks scheduled ahead of it. Each sampled token must still reach its own request."""
+    if varlen:
+        pytest.importorskip("triton")
+    # budget 23: the first step admits the prompts of 5 and 17 tokens whole, then 1 token of the 33
+    engine = Engine(model, policy="continuous", max_num_seqs=4, max_num_batched_tokens=23, block_size=4,
+                    varlen=varlen, check_invariants=True)
+    engine.runner.pad_shapes = True
+    reordered = _spy_order(engine)
+    n = 5 if varlen else len(workload)     # the Triton interpreter is slow
+    outs = engine.generate(workload[:n], [SamplingParams(max_new_tokens=k) for k in NEW_TOKENS[:n]])
+    assert reordered[0], "the first step no longer has a one-token chunk after longer ones"
+    assert [o.tokens for o in outs] == hf_reference[:n]
+    assert engine.blocks.num_used_blocks == 0
+
+
+def test_bench_wide_slot_workload_layouts():
+    """`course-kit bench batching`'s workload at 256 slots, scheduled and laid out as on the GPU
+    (varlen, padded to captured shapes) without running the model: every step fits a captured
+    shape, and tokens go back in the scheduler's order (step 75 holds a one-token chunk)."""
+    import dataclasses
+
+    from course_kit.engine import trace
+    from course_kit.engine.paged_attention import TILE_M
+    cfg = dataclasses.replace(llama.ModelConfig.from_preset("tiny"), max_seq_len=2048)
+    engine = Engine(llama.Transformer.from_config(cfg), policy="continuous", max_num_seqs=256, block_size=16,
+                    max_num_batched_tokens=2048, varlen=True)
+    runner = engine.runner
+    runner.pad_shapes = True
+    keys = {("decode", s) for s in runner.decode_sizes()} | {("mixed", b) for b in runner.token_buckets}
+    for r in trace.synthetic(256, (100, 1024), (100, 1024), cfg.vocab_size, seed=0):
+        engine.add_request(r.prompt, SamplingParams(max_new_tokens=r.max_new_tokens, ignore_eos=True))
+    reordered = 0
+    while engine.has_unfinished():
+        sched = engine.schedule()
+        inputs = engine.prepare(sched)
+        host, graph = inputs.host, inputs.graph
+        assert graph in keys, f"step shape {graph} was not captured"
+        assert len(host["ctx"]) == inputs.num_rows >= len(inputs.order)
+        if graph[0] == "decode":
+            assert inputs.num_rows == len(host["tokens"]) == graph[1]
+        else:
+            assert inputs.num_rows == runner.mixed_rows and len(host["tokens"]) == graph[1]
+            assert len(host["tiles"][0]) <= graph[1] // TILE_M + runner.mixed_rows
+        reordered += [id(s) for s in inputs.order] != [id(s) for s in sched.scheduled]
+        # a fake token per sampling item, tagged with its request, checked after the reordering
+        tokens = [int(it.seq.request_id[1:]) % 256 if it.sample else None for it in inputs.order]
+        for it, tok in zip(sched.scheduled, inputs.in_schedule_order(tokens, sched.scheduled)):
+            assert tok == (int(it.seq.request_id[1:]) % 256 if it.sample else None)
+        engine.postprocess(sched, inputs, tokens, 0.0)
+    assert reordered > 0
+    assert engine.blocks.num_used_blocks == 0

@@ -120,3 +120,15 @@ def test_bad_settings_are_explained():
     sched = Scheduler(bm, "continuous", max_num_seqs=2, max_num_batched_tokens=8)
     with pytest.raises(ValueError, match="more than the 16"):
         sched.add(make("big", 10, 10))
+
+
+def test_postprocess_refuses_tokens_that_do_not_match_the_schedule():
+    sched = Scheduler(BlockManager(16, 4), "continuous", max_num_seqs=2, max_num_batched_tokens=8)
+    sched.add(make("a", 5, 3))
+    sched.add(make("b", 6, 3))
+    out = sched.schedule(0.0)
+    assert [(s.num_tokens, s.sample) for s in out.scheduled] == [(5, True), (3, False)]
+    with pytest.raises(ValueError, match="2 scheduled"):
+        sched.postprocess(out, [1], 0.0)
+    with pytest.raises(ValueError, match="'a' samples"):
+        sched.postprocess(out, [None, 1], 0.0)

@@ -104,6 +104,7 @@ class Engine:
         return self.runner.prepare(sched, self.blocks.tables)
 
     def execute(self, inputs: StepInputs) -> list[int | None]:
+        """The sampled token of each item of `inputs.order` (the runner's row order)."""
         return self.runner.sample(self.runner.run(inputs), inputs)
 
     def postprocess(self, sched: SchedulerOutput, inputs: StepInputs, tokens: list[int | None],
@@ -111,7 +112,9 @@ class Engine:
         now = self.now()
         rows = [(s.seq.slot, s.seq.request_id, "prefill" if s.num_tokens > 1 or not s.sample else "decode")
                 for s in inputs.order]
-        produced = self.scheduler.postprocess(sched, tokens, now)
+        # the runner lays rows out in its own order (one-token rows first): hand the scheduler
+        # each item's token in *its* order, or tokens land on the wrong sequences
+        produced = self.scheduler.postprocess(sched, inputs.in_schedule_order(tokens, sched.scheduled), now)
         real = sum(s.num_tokens for s in sched.scheduled)
         self.steps.append(StepRecord(start, now, rows, real, sched.padding_tokens,
                                      self.blocks.num_used_blocks, len(self.scheduler.waiting),

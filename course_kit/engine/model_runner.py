@@ -35,6 +35,20 @@ class StepInputs:
     graph: tuple[str, int] | None = None   # ("decode", batch size) or ("mixed", tokens) when replayed
     host: dict | None = None       # the host lists the batch was built from (for graph replay)
 
+    def in_schedule_order(self, tokens: list[int | None], scheduled: list[Scheduled]) -> list[int | None]:
+        """`tokens` (one per item of `order`, as `ModelRunner.sample` returns them) rearranged to
+        follow `scheduled`, the scheduler's order. The two differ whenever a one-token chunk comes
+        after a longer one in the schedule (e.g. a prefill chunk cut to the last token of budget):
+        `order` puts every one-token row first."""
+        if len(tokens) != len(self.order):
+            raise ValueError(f"{len(tokens)} tokens for the {len(self.order)} items of the step")
+        by_item = {id(item): t for item, t in zip(self.order, tokens)}
+        missing = [s.seq.request_id for s in scheduled if id(s) not in by_item]
+        if missing or len(scheduled) != len(self.order):
+            raise ValueError(f"{len(scheduled)} scheduled items for the {len(self.order)} of the step "
+                             f"(not in the step: {missing[:5]})")
+        return [by_item[id(s)] for s in scheduled]
+
 
 class ModelRunner:
     def __init__(self, model: llama.Transformer, num_blocks: int, block_size: int, max_blocks_per_seq: int,

@@ -249,7 +249,10 @@ class Scheduler:
     def postprocess(self, out: SchedulerOutput, tokens: list[int | None], now: float
                     ) -> list[tuple[Sequence, int]]:
         """Advance each scheduled sequence; append sampled tokens; retire finished requests.
+        `tokens[i]` belongs to `out.scheduled[i]` (None where it does not sample).
         Returns the (sequence, token) pairs produced this step."""
+        if len(tokens) != len(out.scheduled):
+            raise ValueError(f"{len(tokens)} tokens for {len(out.scheduled)} scheduled items")
         produced = []
         for item, token in zip(out.scheduled, tokens):
             seq = item.seq
@@ -258,7 +261,9 @@ class Scheduler:
             seq.num_computed += item.num_tokens
             self.blocks.commit(seq)
             if item.sample:
-                assert token is not None
+                if token is None:
+                    raise ValueError(f"request {seq.request_id!r} samples this step but got no token "
+                                     "(are the tokens in the order of out.scheduled?)")
                 produced.append((seq, int(token)))
                 if seq.append(int(token), now):
                     self._finish(seq, now)
