@@ -187,6 +187,14 @@ def missing_wait_demo(n: int = 1 << 20, delay_ms: float = 5.0) -> dict:
     _need_cuda()
     delay = int(delay_ms * cycles_per_ms())
     producer, consumer = torch.cuda.Stream(), torch.cuda.Stream()
+    # Warm up the kernels first: with CUDA's lazy module loading, the first launch of a kernel
+    # loads its module, which waits for the whole device and would hide the race (seen on an H200).
+    warm = torch.zeros(n, device="cuda")
+    for stream in (producer, consumer):
+        with torch.cuda.stream(stream):
+            warm.fill_(1.0)
+            _ = warm * 2.0
+    torch.cuda.synchronize()
     out: dict = {}
     for variant in ("racy (no wait)", "fixed (wait_event)", "fixed (wait_stream)"):
         x = torch.zeros(n, device="cuda")
