@@ -78,7 +78,9 @@ def concurrency_demo(n_streams: int = 4, kind: str = "spin", kernel_ms: float = 
     else:
         raise ValueError(f"kind {kind!r} not in ('spin', 'matmul')")
     streams = [torch.cuda.Stream() for _ in range(n_streams)]
-    _work(kind, arg)  # warm-up (cuBLAS handles, first launch)
+    for s in [torch.cuda.current_stream()] + streams:   # warm-up: modules, cuBLAS handles per stream
+        with torch.cuda.stream(s):
+            _work(kind, arg)
     torch.cuda.synchronize()
 
     out: dict = {"n_streams": n_streams, "kind": kind}
@@ -164,6 +166,14 @@ def legacy_default_stream_demo(kernel_ms: float = 2.0) -> dict:
     if blocking:
         variants["blocking streams (cudaStreamCreate)"] = blocking
     out: dict = {"blocking_available": bool(blocking)}
+    # Warm up every kernel on every stream first: with CUDA's lazy module loading, a kernel's first
+    # launch loads its module and waits for the whole device, which would serialise the first run.
+    for a, b in variants.values():
+        for s in (a, b, default):
+            with torch.cuda.stream(s):
+                spin(1000)
+                small.add_(1.0)
+    torch.cuda.synchronize()
     for name, (a, b) in variants.items():
         torch.cuda.synchronize()
         rec = EventRecorder()
