@@ -236,6 +236,11 @@ def missing_record_stream_demo(n: int = 1 << 22, delay_ms: float = 5.0) -> dict:
     delay = int(delay_ms * cycles_per_ms())
     side = torch.cuda.Stream()
     main = torch.cuda.current_stream()
+    for s in (main, side):   # warm the kernels (lazy module loading would synchronise the device)
+        with torch.cuda.stream(s):
+            spin(1000)
+            _ = torch.full((n,), 1.0, device="cuda") * 2.0
+    torch.cuda.synchronize()
     out: dict = {}
     for variant in ("racy (no record_stream)", "fixed (record_stream)"):
         torch.cuda.synchronize()
