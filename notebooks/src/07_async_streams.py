@@ -125,7 +125,7 @@ if legacy_ms:
         ratio = legacy_ms["blocking streams (cudaStreamCreate)"] / legacy_ms["non-blocking streams (PyTorch's)"]
         text += (f"With blocking streams the same work took **{ratio:.2f}x** as long: "
                  + ("the tiny default-stream op turned two overlapping kernels into a sequence."
-                    if ratio > 1.5 else "here the implicit synchronisation cost little."))
+                    if ratio > 1.5 else "here the blocking streams were not slower (see the timelines)."))
     else:
         text += "Blocking streams could not be created here (the CUDA runtime library was not reachable)."
     md(text)
