@@ -49,7 +49,7 @@ import torch
 
 from course_kit import bench, notebook, reference, streams
 from course_kit.benchmarks import async_engine as async_bench
-from course_kit.engine import SamplingParams
+from course_kit.engine import Engine, SamplingParams
 from course_kit.engine.async_loop import AsyncEngine
 from course_kit.models import llama
 from course_kit.notebook import md, show_source
@@ -332,7 +332,9 @@ for _ in range(2):                      # best of two runs per mode, alternating
         if mode not in runs or t["wall_s"] < runs[mode][0]["wall_s"]:
             runs[mode] = (t, eng.timeline.shifted())
 assert tokens["async"] == tokens["sync"], "async outputs differ from sync outputs"
-print(f"{len(prompts)} requests: async and sync outputs are token-identical")
+base = Engine(model, max_num_seqs=ENGINE_BATCH, max_model_len=max_len).generate(prompts, sp)
+print(f"{len(prompts)} requests: async and sync outputs are token-identical; identical to notebook 06's "
+      f"Engine as well: {[o.tokens for o in base] == tokens['sync']}")
 splots.gantt_pair({m: tl for m, (t, tl) in runs.items()}, f"Engine steps ({ENGINE_MODEL}, batch {ENGINE_BATCH})",
                   lanes=["cpu", "copy", "gpu"] if ON_GPU else ["cpu", "gpu"])
 
