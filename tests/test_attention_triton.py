@@ -139,7 +139,8 @@ def test_interpreter_backward_matches_float64_like_sdpa(case):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", [(2, 8, 2, 1000, 128, True, torch.bfloat16), (1, 4, 4, 333, 64, False, torch.bfloat16),
-                                  (1, 4, 1, 517, 128, True, torch.float16)])
+@pytest.mark.parametrize("case", [(2, 8, 2, 1000, 1000, 128, True, torch.bfloat16),
+                                  (1, 4, 4, 333, 333, 64, False, torch.bfloat16),
+                                  (1, 4, 1, 517, 517, 128, True, torch.float16)])
 def test_gpu_backward_matches_float64_like_sdpa(case):
     _check_backward(*case, device="cuda", seed=sum(case[:6]))
