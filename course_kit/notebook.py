@@ -94,3 +94,40 @@ def reference_record(topic: str, slug: str = reference.REFERENCE_GPU) -> dict | 
 
 def is_smoke() -> bool:
     return device.is_smoke()
+
+
+def oom_message(err: BaseException) -> str:
+    """What a learner sees instead of a traceback when a cell runs out of GPU memory."""
+    free = ""
+    if torch.cuda.is_available():
+        free_b, total_b = torch.cuda.mem_get_info()
+        free = f" {free_b / 2**30:.1f} of {total_b / 2**30:.1f} GiB are free now."
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return (f"<b>Skipped: this cell ran out of GPU memory.</b> {first[:200]}.{free} Nothing else is lost: "
+            f"lower the sizes in the <code>parameters</code> cell (or restart the kernel to free memory) "
+            f"and run the cell again.")
+
+
+def _handle_oom(shell, etype, value, tb, tb_offset=None):  # IPython's custom-exception signature
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    banner(oom_message(value), "warning")
+    return None
+
+
+def install_oom_handler() -> bool:
+    """In a notebook, turn CUDA out-of-memory errors into a clear skip message instead of a crash."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None:
+        return False
+    oom_types = tuple(t for t in (getattr(torch, "OutOfMemoryError", None),
+                                  getattr(torch.cuda, "OutOfMemoryError", None)) if t is not None)
+    shell.set_custom_exc(oom_types, _handle_oom)
+    return True
+
+
+install_oom_handler()
