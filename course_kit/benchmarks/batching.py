@@ -149,6 +149,25 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
+def time_peer(fn, prompts: list, news: list[int]) -> tuple[float, dict]:
+    """Warm a peer on two short requests, then time it on the workload (synchronised host clock).
+
+    `fn(prompts, new_token_counts)` returns the token lists, or (token lists, extra figures). Every
+    output must have the length asked for, so that tokens/s counts the same work for every peer.
+    Returns (seconds, extra figures).
+    """
+    fn(prompts[:2], [4, 4])
+    _sync()
+    t0 = time.perf_counter()
+    out = fn(prompts, news)
+    _sync()
+    seconds = time.perf_counter() - t0
+    toks, extra = out if isinstance(out, tuple) else (out, {})
+    if [len(t) for t in toks] != list(news):
+        raise AssertionError("output lengths differ from the requested ones")
+    return seconds, extra
+
+
 @bench.topic("batching", help="static vs dynamic vs continuous batching; HF generate and generate_batch peers")
 def run(params: dict) -> dict:
     cuda = torch.cuda.is_available() and str(params.get("device", "cuda")).startswith("cuda")
@@ -235,16 +254,7 @@ def run(params: dict) -> dict:
     eng_sub = max(eng_sync, eng_async) if eng_async == eng_async else eng_sync
 
     def peer(name, fn):
-        fn(sub_p[:2], [4, 4])                                                  # warm-up
-        _sync()
-        t0 = time.perf_counter()
-        out = fn(sub_p, sub_n)
-        _sync()
-        dt = time.perf_counter() - t0
-        toks = out[0] if isinstance(out, tuple) else out
-        if [len(t) for t in toks] != sub_n:
-            raise AssertionError(f"{name}: output lengths differ from the requested ones")
-        extra = out[1] if isinstance(out, tuple) else {}
+        dt, extra = time_peer(fn, sub_p, sub_n)
         results.append({"name": name, "policy": "peer", "requests": n_peer, "duration_s": dt,
                         "output_tokens": sub_tokens, "throughput_tok_s": sub_tokens / dt, **extra})
         return sub_tokens / dt

@@ -23,7 +23,7 @@ from .. import bench
 from ..engine import SamplingParams, trace
 from ..engine.async_loop import AsyncEngine
 from ..models import llama
-from .batching import _check_same, _hf_generate_greedy, hf_generate_batch, hf_generate_static
+from .batching import _check_same, _hf_generate_greedy, _sync, hf_generate_batch, hf_generate_static, time_peer
 
 
 def _defaults(size: str, cuda: bool) -> dict:
@@ -55,11 +55,6 @@ def engine_variants(cuda: bool) -> dict[str, dict]:
 def _build(model, spec: dict, opts: dict):
     kw = {k: v for k, v in spec.items() if k != "cls"}
     return spec["cls"](model, **opts, **kw)
-
-
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
 
 
 @bench.topic("capstone", help="the course engine (all techniques) against HF generate and generate_batch")
@@ -145,19 +140,10 @@ def _run(params: dict) -> dict:
                     [("HF generate_batch", lambda ps, ns: hf_generate_batch(hf, ps, ns, hints=hints, keep=True)),
                      ("HF generate_batch (CUDA graphs off after a failure)",
                       lambda ps, ns: hf_generate_batch(hf, ps, ns, hints=hints, keep=True, graphs=False))])
-        out = None
+        timed = None
         for label, fn in attempts[:1 if not cuda else None]:
             try:
-                fn(prompts[:2], [4, 4])                                          # warm-up
-                _sync()
-                t0 = time.perf_counter()
-                out = fn(prompts, news)
-                _sync()
-                dt = time.perf_counter() - t0
-                toks = out[0] if isinstance(out, tuple) else out
-                if [len(t) for t in toks] != news:
-                    out = None
-                    raise AssertionError("output lengths differ from the requested ones")
+                timed = time_peer(fn, prompts, news)
                 name = label
                 break
             except Exception as err:  # noqa: BLE001 - a peer failing must not lose the other figures
@@ -167,9 +153,9 @@ def _run(params: dict) -> dict:
                     hf.destroy_cached_continuous_batching_manager()
         if hasattr(hf, "destroy_cached_continuous_batching_manager"):
             hf.destroy_cached_continuous_batching_manager()
-        if out is None:
+        if timed is None:
             continue
-        extra = out[1] if isinstance(out, tuple) else {}
+        dt, extra = timed
         results.append({"name": name, "kind": "HF peer", "duration_s": dt,
                         "throughput_tok_s": n_tokens / dt, **extra})
 
