@@ -9,15 +9,6 @@ from course_kit import amp
 from course_kit.models import tiny_gpt
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny models: one thread avoids OpenMP contention on a shared 2-core machine.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.parametrize("kw", [
     dict(init_scale=2.0**30, growth_interval=4),                                        # backoffs, then growth
     dict(init_scale=2.0**28, growth_interval=3, growth_factor=3.0, backoff_factor=0.3),  # non powers of two

@@ -9,11 +9,8 @@ from course_kit.models import tiny_gpt
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+def fresh_dynamo():
     yield
-    torch.set_num_threads(before)
     torch._dynamo.reset()
 
 

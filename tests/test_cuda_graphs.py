@@ -6,14 +6,6 @@ from course_kit import cuda_graphs as cg
 from course_kit.models import llama
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_capture_sizes_are_powers_of_two_up_to_max():
     assert cg.capture_sizes(8) == [1, 2, 4, 8]
     assert cg.capture_sizes(6) == [1, 2, 4, 6]

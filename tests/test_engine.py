@@ -11,15 +11,6 @@ PROMPT_LENS = [5, 17, 33, 9, 40, 3, 26, 12]
 NEW_TOKENS = [8, 20, 5, 30, 12, 16, 3, 24]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # the CI box is shared: one intra-op thread is much faster than fighting over two
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def tiny_model(device="cpu", dtype=torch.float32):
     """The tiny preset with weights large enough that greedy outputs vary token to token."""
     model = llama.Transformer.from_preset("tiny", seed=0)

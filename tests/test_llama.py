@@ -5,15 +5,6 @@ import torch
 from course_kit.models import llama
 from course_kit.models.kv_cache import PagedBatch, PagedKVCache, paged_attention_gather, paged_attention_reference
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # tiny matmuls: a second OpenMP thread only adds spin-waiting, badly so on a shared CPU
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 SCALED = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=32)
 
 

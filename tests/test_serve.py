@@ -16,10 +16,7 @@ from test_engine import tiny_model
 
 @pytest.fixture(scope="module")
 def model():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield tiny_model()
-    torch.set_num_threads(n)
+    return tiny_model()
 
 
 @pytest.fixture(scope="module")
