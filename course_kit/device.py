@@ -11,7 +11,7 @@ import platform
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
@@ -224,10 +224,6 @@ def describe() -> Description:
     d["binder"] = on_binder()
     d["smoke mode"] = is_smoke()
     return d
-
-
-def as_dict(caps: Capabilities) -> dict:
-    return asdict(caps)
 
 
 # ---------------------------------------------------------------------------------------------

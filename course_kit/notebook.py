@@ -87,11 +87,6 @@ def gpu_only(topic: str, slug: str = reference.REFERENCE_GPU) -> dict | None:
     return record
 
 
-def reference_record(topic: str, slug: str = reference.REFERENCE_GPU) -> dict | None:
-    """The recorded reference, shown beside the learner's own result on any machine."""
-    return reference.load(topic, slug)
-
-
 def is_smoke() -> bool:
     return device.is_smoke()
 
