@@ -23,7 +23,8 @@ def test_capstone_topic_smoke_on_cpu():
 
 def test_variants_add_one_technique_at_a_time():
     assert list(capstone.engine_variants(True)) == [
-        "engine: continuous + paged KV", "engine: + CUDA graphs", "engine: + async loop"]
+        "engine: continuous + paged KV", "engine: + CUDA graphs", "engine: + fused blocks",
+        "engine: + async loop"]
     assert "engine: + CUDA graphs" not in capstone.engine_variants(False)
 
 

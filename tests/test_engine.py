@@ -152,16 +152,47 @@ def test_engine_attention_matches_reference():
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_triton_paged_decode_matches_pytorch():
+@pytest.mark.parametrize("splits", [1, 3, None])
+def test_triton_paged_decode_matches_pytorch(splits):
+    # splits > 1: each context is cut into slices whose partial softmaxes are merged (flash-
+    # decoding); 3 slices of 16-token tiles leave some slices of the short context empty
     pytest.importorskip("triton")
     cfg = llama.ModelConfig.from_preset("tiny")
     q, kc, vc, batch = _mixed_batch(cfg)
     dev = "cuda" if torch.cuda.is_available() else "cpu"   # CPU: Triton's interpreter (conftest)
     tables, ctx = batch.block_tables[:2], batch.context_lens[:2]
     got = paged_decode_triton(q[:2].to(dev), kc.to(dev), vc.to(dev), tables.to(dev), ctx.to(dev), 0.3,
-                              block_n=16)
+                              block_n=16, splits=splits)
     want = _gather_decode(q[:2], kc, vc, tables, batch.positions[:2], 0.3)
     torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("splits", [2, 3, 5])
+def test_triton_split_decode_merges_long_contexts(splits):
+    pytest.importorskip("triton")
+    torch.manual_seed(1)
+    bs, nb, n_kv, G, D = 4, 48, 2, 3, 16
+    kc, vc = torch.randn(nb, bs, n_kv, D), torch.randn(nb, bs, n_kv, D)
+    ctx = torch.tensor([50, 37, 1], dtype=torch.int32)
+    tables = torch.full((3, 13), -1, dtype=torch.int32)
+    perm, used = torch.randperm(nb).tolist(), 0
+    for r, c in enumerate(ctx.tolist()):
+        tables[r, :-(-c // bs)] = torch.tensor(perm[used:used - (-c // bs)])
+        used += -(-c // bs)
+    q = torch.randn(3, n_kv * G, D)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    got = paged_decode_triton(q.to(dev), kc.to(dev), vc.to(dev), tables.to(dev), ctx.to(dev), 0.25,
+                              block_n=16, splits=splits)
+    want = _gather_decode(q, kc, vc, tables, (ctx - 1).long(), 0.25)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_decode_splits_fill_the_gpu_and_depend_on_shapes_only():
+    from course_kit.engine.paged_attention import decode_splits
+    assert decode_splits(64, 3, 2048) == 3        # 192 programs -> about 4 per SM of 132
+    assert decode_splits(1, 3, 2048) == 16        # capped
+    assert decode_splits(1, 3, 100) == 2          # no more slices than 64-token tiles
+    assert decode_splits(512, 8, 2048) == 1
 
 
 @pytest.mark.gpu
@@ -350,3 +381,24 @@ def test_bench_wide_slot_workload_layouts():
         engine.postprocess(sched, inputs, tokens, 0.0)
     assert reordered > 0
     assert engine.blocks.num_used_blocks == 0
+
+
+def test_fused_blocks_give_the_same_tokens_and_compile_once():
+    """fuse_around_attention compiles the halves of a block around attention (Inductor on a GPU;
+    here the aot_eager backend, which traces the same graphs without generating code): the tokens
+    must not change, and one compiled function must serve all layers and batch sizes."""
+    from torch._dynamo.utils import counters
+    model = tiny_model()
+    torch.manual_seed(0)
+    prompts = [torch.randint(0, model.config.vocab_size, (n,)).tolist() for n in (5, 17, 9, 30)]
+    params = SamplingParams(max_new_tokens=12)
+    plain = [o.tokens for o in Engine(model, max_num_seqs=3).generate(prompts, params)]
+    counters.clear()
+    fused_engine = Engine(model, max_num_seqs=3, fuse="aot_eager")
+    assert fused_engine.runner.fused
+    fused = [o.tokens for o in fused_engine.generate(prompts, params)]
+    assert fused == plain
+    # two halves, each compiled for at most: batch 1 (specialised), any other size
+    assert 1 <= counters["stats"]["unique_graphs"] <= 4
+    Engine(model, max_num_seqs=3, fuse=False)        # the plain blocks come back
+    assert "attention_inputs" not in vars(model.layers[0])

@@ -200,3 +200,31 @@ def test_exercise_row_parallel_check(pool2, capsys):
     assert "passed" in capsys.readouterr().out
     with pytest.raises(AssertionError, match="bias added once"):
         grading.check("09.row_parallel", _bias_twice)
+
+
+def test_small_all_reduces_take_the_one_shot_path_and_large_ones_nccl(monkeypatch):
+    """comm.all_reduce_sum routes what the registered small-message path accepts to it (the
+    one-shot kernel of oneshot.py on GPUs) and everything else to torch.distributed."""
+    from course_kit.parallel import oneshot
+    calls = []
+
+    class FakeOneShot:
+        def accepts(self, x):
+            return x.numel() <= 8
+
+        def __call__(self, x):
+            calls.append(("one_shot", x.numel()))
+            return x * 2
+
+    monkeypatch.setattr(comm, "world", lambda group=None: (0, 2))
+    monkeypatch.setattr(comm.dist, "all_reduce", lambda x, group=None: calls.append(("nccl", x.numel())))
+    comm.set_small_all_reduce(FakeOneShot())
+    try:
+        assert torch.equal(comm.all_reduce_sum(torch.ones(4)), torch.full((4,), 2.0))
+        comm.all_reduce_sum(torch.ones(64))
+    finally:
+        oneshot.disable_one_shot_all_reduce()
+    comm.all_reduce_sum(torch.ones(4))
+    assert calls == [("one_shot", 4), ("nccl", 64), ("nccl", 4)]
+    # without GPUs (or with one rank) there is no symmetric memory: NCCL/gloo keeps everything
+    assert oneshot.enable_one_shot_all_reduce() is None

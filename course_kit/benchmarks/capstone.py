@@ -7,8 +7,9 @@ t=0). Variants, all in one run on the same requests:
 - HF `generate_batch`: transformers' continuous batching, at its best settings here (the helper of
   the batching topic: CUDA graphs on, the best attention available);
 - the course engine, adding one technique at a time: continuous batching + paged KV cache (sync,
-  no CUDA graphs) -> + CUDA graphs for decode -> + the async loop. Its attention is the fast path of
-  notebooks 06 and 08 on a GPU (a Triton paged-decode kernel; SDPA's flash backend for prefill).
+  no CUDA graphs) -> + CUDA graphs for decode -> + fused blocks (Inductor around attention) ->
+  + the async loop. On a GPU its attention is the Triton kernels of notebook 06, which read the
+  paged cache directly for decodes and prefill chunks alike.
 
 Correctness first: in fp32, on a few requests, every engine variant must give HF generate's greedy
 tokens. Throughput is output tokens / wall time (synchronised), the same clock for every variant.
@@ -45,10 +46,12 @@ def engine_variants(cuda: bool) -> dict[str, dict]:
     `Engine` (with the same timeline recording as the async mode), so that exactly one thing
     changes from one variant to the next.
     """
-    v = {"engine: continuous + paged KV": {"cls": AsyncEngine, "cuda_graphs": False, "mode": "sync"}}
+    v = {"engine: continuous + paged KV": {"cls": AsyncEngine, "cuda_graphs": False, "fuse": False,
+                                           "mode": "sync"}}
     if cuda:
-        v["engine: + CUDA graphs"] = {"cls": AsyncEngine, "cuda_graphs": True, "mode": "sync"}
-    v["engine: + async loop"] = {"cls": AsyncEngine, "cuda_graphs": cuda, "mode": "async"}
+        v["engine: + CUDA graphs"] = {"cls": AsyncEngine, "cuda_graphs": True, "fuse": False, "mode": "sync"}
+        v["engine: + fused blocks"] = {"cls": AsyncEngine, "cuda_graphs": True, "fuse": True, "mode": "sync"}
+    v["engine: + async loop"] = {"cls": AsyncEngine, "cuda_graphs": cuda, "fuse": cuda, "mode": "async"}
     return v
 
 

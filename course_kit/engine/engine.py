@@ -37,6 +37,7 @@ class EngineConfig:
     prefix_caching: bool = False
     cuda_graphs: bool | None = None      # default: on when the model is on CUDA
     varlen: bool | None = None           # one Triton kernel for mixed steps (default: on CUDA)
+    fuse: bool | str | None = None       # compile the blocks around attention (default: on CUDA)
     check_invariants: bool = False       # check the block manager after every step (tests)
 
 
@@ -57,7 +58,7 @@ class Engine:
         self.scheduler = Scheduler(self.blocks, cfg.policy, cfg.max_num_seqs, cfg.max_num_batched_tokens,
                                    cfg.max_wait_s, max_len)
         self.runner = ModelRunner(model, num_blocks, cfg.block_size, blocks_per_seq, cfg.max_num_seqs,
-                                  cfg.cuda_graphs, cfg.varlen, cfg.max_num_batched_tokens)
+                                  cfg.cuda_graphs, cfg.varlen, cfg.max_num_batched_tokens, cfg.fuse)
         self.steps: list[StepRecord] = []
         self.sequences: dict[str, Sequence] = {}
         self._ids = itertools.count()

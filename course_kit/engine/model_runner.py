@@ -13,6 +13,8 @@ decode + prefill steps (notebook 05's static buffers, applied to the paged cache
 """
 from __future__ import annotations
 
+import functools
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +23,33 @@ import torch
 from ..models import llama, sampling
 from .paged_attention import TILE_M, EngineBatch, engine_attention, triton
 from .scheduler import Scheduled, SchedulerOutput
+
+def fuse_around_attention(model: llama.Transformer, backend: str | None = "inductor") -> None:
+    """Compile the two halves of every block around attention (norms, projections, RoPE, SwiGLU,
+    residuals) so that each becomes a few fused kernels; backend=None undoes it.
+
+    A decode step of a small model is hundreds of tiny element-wise kernels (RMSNorm alone is
+    five), and a CUDA graph replays every one of them. Attention stays outside (its Triton kernel
+    reads the paged cache), so the compiled code holds plain tensors only. One compiled function
+    with dynamic shapes serves every layer and every batch size: the compile happens once.
+    """
+    for layer in model.layers:
+        for name in ("attention_inputs", "attention_outputs"):
+            layer.__dict__.pop(name, None)          # back to the plain methods
+    if backend is None:
+        return
+    for name in ("attention_inputs", "attention_outputs"):
+        compiled = _compiled_half(name, backend)
+        for layer in model.layers:
+            setattr(layer, name, functools.partial(compiled, layer))
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_half(name: str, backend: str):
+    cfg = torch._dynamo.config      # a few entries: batch size 1 is specialised, prefill vs decode
+    cfg.cache_size_limit = max(cfg.cache_size_limit, 16)
+    return torch.compile(getattr(llama.Block, name), dynamic=True, backend=backend)
+
 
 GRAPH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
 TOKEN_BUCKETS = (128, 256, 512, 1024, 2048, 4096, 8192)
@@ -53,7 +82,7 @@ class StepInputs:
 class ModelRunner:
     def __init__(self, model: llama.Transformer, num_blocks: int, block_size: int, max_blocks_per_seq: int,
                  max_num_seqs: int, cuda_graphs: bool | None = None, varlen: bool | None = None,
-                 max_num_batched_tokens: int = 512) -> None:
+                 max_num_batched_tokens: int = 512, fuse: bool | str | None = None) -> None:
         self.model = model
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
@@ -77,6 +106,10 @@ class ModelRunner:
         self.pad_shapes = self.use_graphs
         self.graphs: dict[tuple[str, int], torch.cuda.CUDAGraph] = {}
         self._pin = on_cuda
+        # fused blocks (default on a GPU with Triton): Inductor compiles them at the first step
+        if fuse is None:
+            fuse = on_cuda and triton is not None
+        self.fused = _fuse(model, fuse)
 
     # ---- inputs -------------------------------------------------------------------------
     def decode_sizes(self) -> list[int]:
@@ -274,3 +307,17 @@ class ModelRunner:
         if key[0] == "mixed":     # the next decode graph expects one token per row again
             b["qstart"].copy_(torch.arange(b["qstart"].shape[0], dtype=torch.int32, device=self.device))
         return self._out[key]
+
+
+def _fuse(model: llama.Transformer, fuse: bool | str) -> bool:
+    backend = fuse if isinstance(fuse, str) else ("inductor" if fuse else None)
+    if backend is None:
+        fuse_around_attention(model, None)
+        return False
+    try:
+        fuse_around_attention(model, backend)
+        return True
+    except Exception as err:  # noqa: BLE001 - an engine without fused blocks still runs
+        warnings.warn(f"running unfused blocks: torch.compile is unavailable ({err})", stacklevel=3)
+        fuse_around_attention(model, None)
+        return False

@@ -5,9 +5,10 @@ It attaches host-side facts about that split to the batch (`EngineBatch.num_deco
 `EngineBatch.prefills`), so no device->host sync is needed to read them back:
 
 - decode rows: one query per sequence against its blocks. On a GPU a Triton kernel walks the block
-  table directly (flash-decoding style online softmax, one program per sequence and KV head); on a
-  CPU the blocks are gathered into a padded tensor and attended with PyTorch ops. Both are
-  static-shape and sync-free, so a decode step can be captured in a CUDA graph.
+  table directly (online softmax, one program per sequence, K/V head and slice of the context,
+  the slices merged by a second kernel: flash-decoding); on a CPU the blocks are gathered into a
+  padded tensor and attended with PyTorch ops. Both are static-shape and sync-free, so a decode
+  step can be captured in a CUDA graph.
 - prefill rows: per sequence, its blocks are gathered and SDPA runs with a causal mask offset by
   the tokens already in the cache (chunked prefill, prefix hits). A prefill with nothing cached
   yet is plain causal attention (`is_causal=True`, so SDPA may pick its flash backend).
@@ -50,13 +51,17 @@ def _gather_decode(q, k_cache, v_cache, tables, positions, scale):
 
 if triton is not None:
     @triton.jit
-    def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, ctx_ptr, out_ptr, scale,
+    def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, ctx_ptr, out_ptr, part_ptr, lse_ptr, scale,
                              stride_qn, stride_qh, stride_kb, stride_kt, stride_kh, stride_tb,
-                             stride_on, stride_oh,
+                             stride_on, stride_oh, H,
                              G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
-                             BS: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
+                             BS: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr,
+                             PREC: tl.constexpr):
+        # one program: one sequence, one K/V head (all G query heads that share it, so each K/V
+        # tile is loaded once for G queries), one of SPLITS slices of the context
         seq = tl.program_id(0)
         kvh = tl.program_id(1)
+        split = tl.program_id(2)
         g = tl.arange(0, GP)
         d = tl.arange(0, DP)
         gmask = g < G
@@ -65,12 +70,15 @@ if triton is not None:
         q = tl.load(q_ptr + seq * stride_qn + heads[:, None] * stride_qh + d[None, :],
                     mask=gmask[:, None] & dmask[None, :], other=0.0)
         ctx = tl.load(ctx_ptr + seq)
+        chunk = tl.cdiv(tl.cdiv(ctx, SPLITS), BLOCK_N) * BLOCK_N     # whole tiles per slice
+        lo = split * chunk
+        hi = tl.minimum(ctx, lo + chunk)
         m = tl.full([GP], float("-inf"), tl.float32)
         l = tl.zeros([GP], tl.float32)
         acc = tl.zeros([GP, DP], tl.float32)
-        for start in range(0, ctx, BLOCK_N):
+        for start in range(lo, hi, BLOCK_N):
             t = start + tl.arange(0, BLOCK_N)
-            tmask = t < ctx
+            tmask = t < hi
             block = tl.load(table_ptr + seq * stride_tb + t // BS, mask=tmask, other=0).to(tl.int64)
             base = block * stride_kb + (t % BS) * stride_kt + kvh * stride_kh
             kv_mask = tmask[:, None] & dmask[None, :]
@@ -84,9 +92,35 @@ if triton is not None:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
             l = l * alpha + tl.sum(p, 1)
             m = m_new
-        out = acc / l[:, None]
-        tl.store(out_ptr + seq * stride_on + heads[:, None] * stride_oh + d[None, :],
-                 out.to(out_ptr.dtype.element_ty), mask=gmask[:, None] & dmask[None, :])
+        omask = gmask[:, None] & dmask[None, :]
+        if SPLITS == 1:
+            out = acc / l[:, None]
+            tl.store(out_ptr + seq * stride_on + heads[:, None] * stride_oh + d[None, :],
+                     out.to(out_ptr.dtype.element_ty), mask=omask)
+        else:
+            # this slice's softmax-weighted mean and its log-sum-exp; an empty slice (a short
+            # context) has lse = -inf and weighs nothing when the slices are merged
+            l_safe = tl.where(l > 0, l, 1.0)
+            lse = tl.where(l > 0, m + tl.log(l_safe), float("-inf"))
+            row = (seq * H + heads) * SPLITS + split
+            tl.store(part_ptr + row[:, None] * D + d[None, :], acc / l_safe[:, None], mask=omask)
+            tl.store(lse_ptr + row, lse, mask=gmask)
+
+    @triton.jit
+    def _merge_splits_kernel(part_ptr, lse_ptr, out_ptr, stride_on, stride_oh, H,
+                             SPLITS: tl.constexpr, SP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr):
+        # the online-softmax merge of notebook 08, done once over the SPLITS partial results
+        seq = tl.program_id(0)
+        h = tl.program_id(1)
+        sp = tl.arange(0, SP)
+        d = tl.arange(0, DP)
+        smask = sp < SPLITS
+        rows = (seq * H + h) * SPLITS + sp
+        lse = tl.load(lse_ptr + rows, mask=smask, other=float("-inf"))
+        w = tl.exp(lse - tl.max(lse, 0))
+        o = tl.load(part_ptr + rows[:, None] * D + d[None, :], mask=smask[:, None] & (d < D)[None, :], other=0.0)
+        out = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
+        tl.store(out_ptr + seq * stride_on + h * stride_oh + d, out.to(out_ptr.dtype.element_ty), mask=d < D)
 
 
 if triton is not None:
@@ -162,10 +196,26 @@ def paged_varlen_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     return out
 
 
+def decode_splits(batch: int, n_kv_heads: int, max_context: int, block_n: int = 64,
+                  device: torch.device | None = None) -> int:
+    """How many slices to cut each context into, so that a decode step fills the GPU.
+
+    One program per (sequence, K/V head) is 192 programs at batch 64 with 3 K/V heads: about one
+    per SM, each walking a long context alone. Slicing the context (flash-decoding) gives each SM
+    several programs to overlap; the slices are merged afterwards. The count depends only on
+    shapes, never on the data, so a captured CUDA graph stays valid."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device is not None \
+        and device.type == "cuda" else 132
+    want = -(-4 * sms // max(1, batch * n_kv_heads))          # about four programs per SM
+    return max(1, min(16, want, -(-max_context // block_n)))
+
+
 def paged_decode_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                         block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
-                        block_n: int = 64) -> torch.Tensor:
-    """Decode attention straight from the block table: q [B, H, D] -> [B, H, D]."""
+                        block_n: int = 64, splits: int | None = None) -> torch.Tensor:
+    """Decode attention straight from the block table: q [B, H, D] -> [B, H, D].
+
+    `splits` slices every context (default: `decode_splits`); more than one adds a merge kernel."""
     if triton is None:
         raise RuntimeError("paged_decode_triton needs triton; install it or use the PyTorch path")
     B, H, D = q.shape
@@ -173,16 +223,23 @@ def paged_decode_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     if k_cache.stride(-1) != 1 or q.stride(-1) != 1:
         raise ValueError("q and the cache must be contiguous in head_dim")
     G = H // n_kv
-    out = torch.empty_like(q)
     block_n = max(block_n, 16)
-    _paged_decode_kernel[(B, n_kv)](
-        q, k_cache, v_cache, block_tables, context_lens, out, scale,
+    if splits is None:
+        splits = decode_splits(B, n_kv, block_tables.shape[1] * bs, block_n, q.device)
+    out = torch.empty_like(q)
+    part = torch.empty((B, H, splits, D), dtype=torch.float32, device=q.device) if splits > 1 else out
+    lse = torch.empty((B, H, splits), dtype=torch.float32, device=q.device) if splits > 1 else out
+    DP = max(16, triton.next_power_of_2(D))
+    _paged_decode_kernel[(B, n_kv, splits)](
+        q, k_cache, v_cache, block_tables, context_lens, out, part, lse, scale,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        block_tables.stride(0), out.stride(0), out.stride(1),
-        G=G, GP=max(16, triton.next_power_of_2(G)), D=D, DP=max(16, triton.next_power_of_2(D)),
-        BS=bs, BLOCK_N=block_n,
+        block_tables.stride(0), out.stride(0), out.stride(1), H,
+        G=G, GP=max(16, triton.next_power_of_2(G)), D=D, DP=DP, BS=bs, BLOCK_N=block_n, SPLITS=splits,
         # fp32 caches (tests) get exact fp32 products; half types use the tensor cores
         PREC="ieee" if q.dtype == torch.float32 else "tf32")
+    if splits > 1:
+        _merge_splits_kernel[(B, H)](part, lse, out, out.stride(0), out.stride(1), H,
+                                     SPLITS=splits, SP=triton.next_power_of_2(splits), D=D, DP=DP)
     return out
 
 

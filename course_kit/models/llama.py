@@ -159,9 +159,19 @@ class Block(nn.Module):
         self.feed_forward = FeedForward(cfg)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: Callable) -> torch.Tensor:
+        q, k, v = self.attention_inputs(x, cos, sin)
+        return self.attention_outputs(x, attend(q, k, v))
+
+    # The two halves around attention hold only tensors, so each can be compiled on its own and
+    # fused into a few kernels, whatever attend() is (engine.model_runner.fuse_around_attention).
+    def attention_inputs(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """Norm, q/k/v projection and RoPE: x [..., dim] -> q [..., H, D], k, v [..., n_kv, D]."""
         q, k, v = self.attention.qkv(self.attention_norm(x))
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        x = x + self.attention.wo(attend(q, k, v).flatten(-2))
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def attention_outputs(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        """Output projection and residual, then the MLP and its residual."""
+        x = x + self.attention.wo(o.flatten(-2))
         return x + self.feed_forward(self.ffn_norm(x))
 
 

@@ -52,8 +52,25 @@ def split_last(x: torch.Tensor, group: Any = None) -> torch.Tensor:
     return x.chunk(n, dim=-1)[rank].contiguous()
 
 
+# per group, an optional all-reduce for small tensors (parallel/oneshot.py); NCCL does the rest
+_small_all_reduce: dict[Any, Any] = {}
+
+
+def set_small_all_reduce(fn: Any, group: Any = None) -> None:
+    """Route the group's small all-reduces to `fn` (an object with .accepts(x) and __call__(x)),
+    or back to NCCL with fn=None."""
+    if fn is None:
+        _small_all_reduce.pop(group, None)
+    else:
+        _small_all_reduce[group] = fn
+
+
 def all_reduce_sum(x: torch.Tensor, group: Any = None) -> torch.Tensor:
+    """The sum of every rank's x (x itself is overwritten, except on the small-message path)."""
     if world(group)[1] > 1:
+        small = _small_all_reduce.get(group)
+        if small is not None and small.accepts(x):
+            return small(x)
         x = x.contiguous()
         dist.all_reduce(x, group=group)
     return x

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from ..models import llama
+from . import oneshot
 from .comm import world
 from .tensor import SwiGLU, TPSwiGLU
 from .tp_llama import shard_llama
@@ -142,6 +143,26 @@ def _agree(ok: bool, dev: torch.device) -> bool:
     return bool(flag.item())
 
 
+def _time_graph_mode(name: str, fn: Callable[[], None], run: Callable, modes: dict[str, float],
+                     row: dict[str, Any], eager_tokens: list[int], dev: torch.device) -> None:
+    """Capture fn in a CUDA graph (compiling first for compile modes) and time its replays."""
+    graph, err = None, None
+    try:
+        if name.startswith("compile"):
+            run(fn)                  # compiles (and warms up) outside the capture
+        graph = _graph(fn)
+    except Exception as e:  # noqa: BLE001 - record why, keep the other modes
+        err = f"{type(e).__name__}: {e}"[:300]
+    if not _agree(graph is not None, dev):
+        row[f"{name}_error"] = err or "failed on another rank"
+        return
+    run(graph.replay)
+    tokens, sec = run(graph.replay)
+    modes[name] = sec
+    row[f"{name}_tokens_equal_eager"] = tokens == eager_tokens
+    del graph
+
+
 @torch.inference_mode()
 def decode_on_rank(rank: int, world_size: int, model_name: str, dtype: str, prompt_len: int = 16,
                    new_tokens: int = 64, use_graph: bool = True, use_compile: bool = False,
@@ -150,7 +171,10 @@ def decode_on_rank(rank: int, world_size: int, model_name: str, dtype: str, prom
 
     Modes: eager; the step captured in a CUDA graph (GPUs); torch.compile'd and captured
     (opt-in: it fuses the many small element-wise kernels of a decode step). World 1 runs the
-    unsharded course model; larger worlds run its TP shards (shard_llama).
+    unsharded course model; larger worlds run its TP shards (shard_llama). There, in half
+    precision on GPUs, the graph is timed once with NCCL's all-reduce (mode cuda_graph_nccl), then
+    every graph mode uses the one-shot all-reduce of oneshot.py where symmetric memory works
+    (row["all_reduce"] says which).
     """
     dev, dt = _device(), getattr(torch, dtype)
     if dt == torch.float32:  # the token check must be true fp32, not TF32
@@ -200,22 +224,16 @@ def decode_on_rank(rank: int, world_size: int, model_name: str, dtype: str, prom
             variants.append(("compile_cuda_graph", make_step(compiled)))
         except Exception as e:  # noqa: BLE001
             row["compile_cuda_graph_error"] = f"{type(e).__name__}: {e}"[:300]
+    fast = None
     for name, fn in variants:
-        graph, err = None, None
-        try:
-            if name.startswith("compile"):
-                run(fn)                  # compiles (and warms up) outside the capture
-            graph = _graph(fn)
-        except Exception as e:  # noqa: BLE001 - record why, keep the other modes
-            err = f"{type(e).__name__}: {e}"[:300]
-        if not _agree(graph is not None, dev):
-            row[f"{name}_error"] = err or "failed on another rank"
-            continue
-        run(graph.replay)
-        tokens, sec = run(graph.replay)
-        modes[name] = sec
-        row[f"{name}_tokens_equal_eager"] = tokens == eager_tokens
-        del graph
+        if name == "cuda_graph" and world_size > 1 and dt != torch.float32:
+            # NCCL's ring first, then the one-shot all-reduce (oneshot.py) for every mode after
+            _time_graph_mode("cuda_graph_nccl", fn, run, modes, row, eager_tokens, dev)
+            fast = oneshot.enable_one_shot_all_reduce(max_numel=cfg.dim * 8, dtype=dt, device=dev)
+            row["all_reduce"] = "one_shot" if fast is not None else "nccl"
+        _time_graph_mode(name, fn, run, modes, row, eager_tokens, dev)
+    if fast is not None:
+        oneshot.disable_one_shot_all_reduce()
     # the slowest rank's time per mode (the same key order on every rank)
     secs = torch.tensor(list(modes.values()), dtype=torch.float64, device=dev)
     if dist.is_initialized():

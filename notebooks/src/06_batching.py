@@ -279,11 +279,17 @@ bplots.block_usage({"small cache": metrics.block_usage(small.steps, small.blocks
 # straight through the block table (an online softmax over the blocks, as in notebook 08), and every
 # step is replayed from a **CUDA graph** (notebook 05): decode steps per padded batch size, mixed
 # prefill + decode steps per padded token count. A 30-layer model launches hundreds of small
-# kernels per step, and at these batch sizes the launches, not the math, set the pace.
+# kernels per step, and at these batch sizes the launches, not the math, set the pace. Two more
+# things keep a GPU step short:
+# - each block's norms, projections, RoPE, SwiGLU and residuals around attention are compiled by
+#   Inductor (notebook 03) into a few fused kernels, so that the graph replays fewer kernels;
+# - a decode's context is cut into slices that run in parallel and are merged afterwards
+#   (flash-decoding), so that a batch of a few sequences still fills every SM.
 
 # %%
-from course_kit.engine import paged_attention
+from course_kit.engine import model_runner, paged_attention
 show_source(paged_attention.paged_decode_triton)
+show_source(model_runner.fuse_around_attention)
 
 # %% [markdown]
 # What the graphs buy, on this machine: the same continuous-batching run with and without them.

@@ -248,6 +248,16 @@ md(f"Greedy tokens of the sharded model on {WORLD} ranks equal the unsharded mod
 # (notebook 05) to gain anything, and `torch.compile` (notebook 03) to fuse a step's many small
 # element-wise kernels, whose fixed cost TP does not divide either. The measured run times each
 # mode and compares like with like.
+#
+# The all-reduce itself is the last lever. NCCL's ring is built for bandwidth; for a few kilobytes
+# its steps are all latency. On GPUs joined by NVLink, *symmetric memory* lets each GPU read its
+# peers' buffers directly, so one kernel can copy its input in, meet the peers at a barrier and
+# sum every buffer: a one-shot all-reduce. `comm.all_reduce_sum` sends small tensors to it once
+# `oneshot.enable_one_shot_all_reduce()` has been called, and NCCL keeps the large ones.
+
+# %%
+from course_kit.parallel import oneshot
+show_source(oneshot.OneShotAllReduce)
 
 # %%
 def speed_rows(rec, label):
@@ -280,6 +290,12 @@ else:
        f"TP=2 decode of the {model} shape runs at **{s[f'decode_speedup_{model}_tp2']:.2f}x** one GPU's "
        f"speed, and its greedy tokens equal one GPU's (float32 check): "
        f"**{s[f'decode_tokens_identical_{model}_tp2']}**.")
+    tp2 = next(r for r in src["results"] if r["name"] == "decode" and r["model"] == model and r["tp"] == 2)
+    by_mode = tp2["s_per_token_by_mode"]
+    if "cuda_graph_nccl" in by_mode:
+        md(f"The same captured step takes **{by_mode['cuda_graph_nccl'] * 1e3:.3f} ms** per token with "
+           f"NCCL's all-reduce and **{by_mode['cuda_graph'] * 1e3:.3f} ms** with the "
+           f"{tp2.get('all_reduce', 'nccl').replace('_', '-')} all-reduce.")
 
 # %% [markdown]
 # ### Scaling to 4 and 8 GPUs

@@ -2,7 +2,7 @@
 # # 10 · Capstone: the course engine against HF transformers
 #
 # Every notebook so far built one piece of a fast inference stack and measured it alone: dtypes
-# (01), CUDA graphs (05), continuous batching over a paged KV cache (06), the async step loop (07),
+# (01), kernel fusion with torch.compile (03), CUDA graphs (05), continuous batching over a paged KV cache (06), the async step loop (07),
 # fast attention kernels (08). Here they run together, on one workload, against the two ways most
 # people serve a model with HF transformers: `generate` (static, padded batches) and `generate_batch`
 # (transformers' own continuous batching). One technique is added at a time, so each one's share
@@ -50,10 +50,12 @@ P
 # | HF `generate_batch` | transformers' continuous batching with a paged cache, CUDA graphs on, its best attention | — |
 # | engine: continuous + paged KV | requests admitted and retired every step, chunked prefill, KV in blocks; no CUDA graphs; the sync step loop | 06 |
 # | engine: + CUDA graphs | each decode step replayed as one graph per padded batch size | 05, 06 |
+# | engine: + fused blocks | the norms, RoPE, SwiGLU and residuals around attention compiled into a few kernels | 03, 06 |
 # | engine: + async loop | step N+1 scheduled and prepared while step N runs; tokens carried on the GPU | 07 |
 #
-# The engine's attention is the fast path on a GPU (a Triton paged-decode kernel, SDPA's flash
-# backend for prefill; notebook 08), and the weights are bf16 where the GPU has bf16 units (01).
+# On a GPU the engine's attention is Triton kernels that read the paged cache directly, for
+# decodes and prefill chunks alike (06, built like 08's), and the weights are bf16 where the GPU
+# has bf16 units (01).
 # The benchmark checks correctness first: in fp32, each engine variant must produce HF `generate`'s
 # greedy tokens. Then every variant runs the same requests, timed by the same synchronised clock.
 
@@ -189,7 +191,8 @@ ratios(own["results"])
 # ## Summary
 # - On one workload, with the same requests and the same clock, each technique of the course shows
 #   its share: continuous batching and the paged cache remove padding and waiting; CUDA graphs
-#   remove launch overhead from decode steps; the async loop hides the host's work under the GPU's.
+#   remove launch overhead from decode steps; fusing the blocks cuts the kernels each graph replays;
+#   the async loop hides the host's work under the GPU's.
 # - Correctness comes first: every engine variant reproduces HF `generate`'s greedy tokens in fp32.
 # - What dominates depends on the machine: on a CPU, Python overheads; on a big GPU with a small
 #   model, launch and host overheads, which is where graphs and the async loop pay most.
