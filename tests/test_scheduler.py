@@ -132,3 +132,25 @@ def test_postprocess_refuses_tokens_that_do_not_match_the_schedule():
         sched.postprocess(out, [1], 0.0)
     with pytest.raises(ValueError, match="'a' samples"):
         sched.postprocess(out, [None, 1], 0.0)
+
+
+def test_static_batch_holds_finished_members_caches_until_it_ends():
+    """A finished member of a static batch rides along as a padding row that still attends over
+    its cache (as padded generate computes it), so the batch keeps its blocks until the last
+    member is done, then frees them all."""
+    bm = BlockManager(num_blocks=16, block_size=4)
+    sched = Scheduler(bm, "static", max_num_seqs=2)
+    short, long_ = make("a", 3, 1), make("b", 3, 3)
+    sched.add(short)
+    sched.add(long_)
+    out = sched.schedule(0.0)
+    sched.postprocess(out, [7, 7], 0.0)                  # prefill: "a" is done after one token
+    assert short.status is Status.FINISHED and "a" in bm.tables
+    out = sched.schedule(0.1)
+    assert out.padding == [short] and out.num_padding_rows == 1
+    sched.postprocess(out, [7], 0.1)
+    out = sched.schedule(0.2)
+    sched.postprocess(out, [7], 0.2)                     # "b" done: the batch ends
+    assert long_.status is Status.FINISHED
+    assert bm.tables == {} and bm.num_used_blocks == 0
+    bm.check_invariants()

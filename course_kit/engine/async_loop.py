@@ -259,8 +259,7 @@ class AsyncEngine(Engine):
             seq.output.append(PLACEHOLDER)
             st.slots.append((seq, len(seq.output) - 1))
             if len(seq.output) >= seq.params.max_new_tokens:
-                self.scheduler.abort(seq.request_id, now)   # retire now: frees its slot and blocks
-                seq.finish_reason = "length"
+                self.scheduler.abort(seq.request_id, now, "length")   # retire now: frees its slot
 
     def _resolve(self, st: _Step) -> list[tuple[Sequence, int]]:
         """Wait for a step's tokens, put them in place of the placeholders, retire EOS requests."""
@@ -292,7 +291,7 @@ class AsyncEngine(Engine):
                 if eos:
                     del seq.output[idx + 1:]             # tokens already scheduled past EOS
                     if seq.status is Status.RUNNING:
-                        self.scheduler.abort(seq.request_id, now)
+                        self.scheduler.abort(seq.request_id, now, "eos")
                     seq.finish_reason = "eos"
                 if seq.finished and len(seq.output) == idx + 1:
                     seq.finish_time = now

@@ -6,8 +6,9 @@ Two ways to lay out a step, picked once per runner:
 - varlen (CUDA default): one Triton kernel over query tiles handles decodes and prefill chunks
   alike, so a mixed step has static shapes once its token count is rounded up to a bucket.
 
-Padding rows (finished members of a static batch, or rows rounding a batch up to a captured size)
-read and write a scratch block that no request owns. On CUDA, every step whose padded shape was
+Padding rows write into a scratch block that no request owns. Finished members of a static batch
+still read their whole cache (a padded batch computes them in full); rows that only round a batch
+up to a captured size read the scratch block alone. On CUDA, every step whose padded shape was
 captured replays a CUDA graph: one per decode batch size, and one per token bucket for mixed
 decode + prefill steps (notebook 05's static buffers, applied to the paged cache).
 """
@@ -127,7 +128,8 @@ class ModelRunner:
                 size = next((g for g in self.decode_sizes() if g >= n), None)
                 if size is not None:
                     graph, n = ("decode", size), size
-            rows += [self._pad_row(1)] * (n - len(ones))
+            pads = [self._padding_row(s, tables) for s in out.padding]
+            rows += pads + [self._pad_row(1)] * (n - len(ones) - len(pads))
         else:
             assert out.num_padding_rows == 0, "padding rows only ride along in decode steps"
             real = sum(len(r[0]) for r in rows)
@@ -155,6 +157,15 @@ class ModelRunner:
         positions = list(range(start, start + n))
         slots = [table[p // bs] * bs + p % bs for p in positions]
         return seq.token_slice(start, n), positions, slots, start + n, table
+
+    def _padding_row(self, seq, tables: dict[str, list[int]]) -> tuple:
+        """A finished member of a static batch: it attends over its whole cache, as a padded batch
+        computes it, and writes its K/V into the scratch block (its output is thrown away)."""
+        table = tables.get(seq.request_id)
+        if not table or seq.num_computed < 1:     # aborted: its cache is gone
+            return self._pad_row(1)
+        ctx = seq.num_computed
+        return [0], [ctx - 1], [self.scratch_block * self.block_size], ctx, table
 
     def _pad_row(self, n: int) -> tuple:
         """n tokens at position 0 in the scratch block: they attend only to themselves."""

@@ -6,7 +6,8 @@ feeds the model. A sequence with one uncomputed token is decoding; more than one
 
 - static: a batch of `max_num_seqs` requests is formed once enough have arrived, padded to the
   longest, and it runs until its last member finishes. Finished members ride along as padding
-  rows, the way a padded `generate` keeps computing them.
+  rows, the way a padded `generate` keeps computing them: each still attends over its whole cache,
+  which the batch holds until its last member is done.
 - dynamic: the same, but a batch leaves as soon as it is full or its oldest request has waited
   `max_wait_s`.
 - continuous: requests are admitted and retired at every step. Decodes go first, then chunks of
@@ -59,6 +60,7 @@ class Scheduled:
 class SchedulerOutput:
     scheduled: list[Scheduled] = field(default_factory=list)
     num_padding_rows: int = 0          # rows computed for nothing (finished members of a batch)
+    padding: list[Sequence] = field(default_factory=list)   # those members (their caches are held)
     padding_tokens: int = 0            # tokens a padded batch spends on padding
     preempted: list[Sequence] = field(default_factory=list)
 
@@ -114,12 +116,14 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def abort(self, request_id: str, now: float) -> Sequence | None:
+    def abort(self, request_id: str, now: float, reason: str = "abort") -> Sequence | None:
+        """Stop a request now (`reason` "abort": a client went away; the async loop also retires
+        requests early with "length" or "eos")."""
         for seq in list(self.waiting) + self.running:
             if seq.request_id == request_id:
                 if seq.status is Status.WAITING:
                     self.waiting.remove(seq)
-                seq.finish_reason = "abort"
+                seq.finish_reason = reason
                 self._finish(seq, now)
                 return seq
         return None
@@ -134,9 +138,14 @@ class Scheduler:
             self.running.remove(seq)
             self._free_slots.append(seq.slot)
             self._free_slots.sort()
-        self.blocks.free(seq)
         seq.status = Status.FINISHED
         seq.finish_time = now
+        if self.policy == "continuous" or seq not in self.batch or seq.finish_reason == "abort":
+            self.blocks.free(seq)
+        elif all(s.status is Status.FINISHED for s in self.batch):
+            # a padded batch keeps every member's cache until its last member is done
+            for member in self.batch:
+                self.blocks.free(member)
 
     def _preempt(self, seq: Sequence) -> None:
         """Recompute-style preemption: drop the K/V, requeue at the front."""
@@ -164,6 +173,7 @@ class Scheduler:
                     out.scheduled.append(Scheduled(seq, 1, True))
                 else:
                     out.num_padding_rows += 1
+                    out.padding.append(seq)
             out.padding_tokens = out.num_padding_rows
             return out
         self.batch = []
