@@ -402,3 +402,14 @@ def test_fused_blocks_give_the_same_tokens_and_compile_once():
     assert 1 <= counters["stats"]["unique_graphs"] <= 4
     Engine(model, max_num_seqs=3, fuse=False)        # the plain blocks come back
     assert "attention_inputs" not in vars(model.layers[0])
+
+
+def test_policy_gain_splits_the_ratio_into_fewer_steps_and_step_cost():
+    from course_kit.engine.metrics import policy_gain
+    static = {"steps": 1000, "duration_s": 2.0}          # 2 ms a step
+    continuous = {"steps": 500, "duration_s": 1.25}      # 2.5 ms a step
+    g = policy_gain(static, continuous)
+    assert g["fewer_steps"] == pytest.approx(2.0)
+    assert g["step_cost_ratio"] == pytest.approx(1.25)
+    # the same tokens in 2.0 s and 1.25 s: the throughput ratio is the ratio of durations
+    assert g["throughput_ratio"] == pytest.approx(2.0 / 1.25)

@@ -75,6 +75,9 @@ def summarize(outputs: list[RequestOutput], steps: list[StepRecord], max_num_seq
     step_time = sum(s.end - s.start for s in steps)
     occupancy = (sum(len(s.rows) * (s.end - s.start) for s in steps) / (max_num_seqs * step_time)
                  if step_time > 0 else float("nan"))
+    # steps that carry a prefill chunk (continuous batching mixes them with decodes)
+    prefill = [s for s in steps if any(phase == "prefill" for _, _, phase in s.rows)]
+    prefill_time = sum(s.end - s.start for s in prefill)
     return {
         "requests": len(outputs),
         "output_tokens": out_tokens,
@@ -90,6 +93,8 @@ def summarize(outputs: list[RequestOutput], steps: list[StepRecord], max_num_seq
         "padding_waste": padding / (computed + padding) if computed + padding else 0.0,
         "slot_occupancy": occupancy,
         "steps": len(steps),
+        "prefill_steps": len(prefill),
+        "prefill_step_time_share": prefill_time / step_time if step_time > 0 else float("nan"),
         "preemptions": sum(o.num_preemptions for o in outputs),
     }
 
@@ -120,3 +125,13 @@ def block_usage(steps: list[StepRecord], num_blocks: int) -> dict:
     """KV-block usage over time: times (step ends) and the fraction of blocks in use."""
     return {"t": [s.end for s in steps], "used": [s.used_blocks / num_blocks for s in steps],
             "waiting": [s.num_waiting for s in steps]}
+
+
+def policy_gain(static: dict, continuous: dict) -> dict:
+    """Continuous over static batching, split in two (from two `summarize` results of the same
+    requests): how many fewer model steps it needs for the same tokens (padding and waiting
+    removed), and how much more each of its steps costs (fuller batches read more context, and
+    prefill chunks ride along). Throughput ratio = fewer_steps / step_cost_ratio."""
+    fewer = static["steps"] / continuous["steps"]
+    cost = (continuous["duration_s"] / continuous["steps"]) / (static["duration_s"] / static["steps"])
+    return {"fewer_steps": fewer, "step_cost_ratio": cost, "throughput_ratio": fewer / cost}
