@@ -66,6 +66,24 @@ def _check_same(hf, prompt: list[int], ref: list[int], got: list[int], what: str
     return 1
 
 
+def check_fp32_against_hf(p: dict, prompts: list[list[int]], dev: str, engines: dict) -> tuple[dict, int, list]:
+    """In fp32, each engine (name -> build(model)) must give HF generate's greedy tokens on the
+    first p["check_requests"] prompts, cut to 64 tokens, for p["check_tokens"] new tokens; a
+    divergence is forgiven only at a numerical tie. Returns ({name: True}, ties, the prompts)."""
+    k, kt = p["check_requests"], p["check_tokens"]
+    m32 = llama.Transformer.from_preset(p["preset"], seed=p["seed"], dtype=torch.float32, device=dev)
+    hf32 = llama.to_hf(m32)
+    check_prompts = [x[:64] for x in prompts[:k]]
+    ref = [_hf_generate_greedy(hf32, x, kt) for x in check_prompts]
+    checks, ties = {}, 0
+    for name, build in engines.items():
+        got = build(m32).generate(check_prompts, SamplingParams(max_new_tokens=kt))
+        ties += sum(_check_same(hf32, x, r, o.tokens, f"{name}, request {i}")
+                    for i, (x, r, o) in enumerate(zip(check_prompts, ref, got)))
+        checks[name] = True
+    return checks, ties, check_prompts
+
+
 def _hf_generate_greedy(hf, prompt: list[int], n: int) -> list[int]:
     dev = hf.device
     with torch.no_grad():
@@ -183,19 +201,10 @@ def run(params: dict) -> dict:
                        max_num_batched_tokens=p["max_num_batched_tokens"], max_wait_s=p["max_wait_s"])
 
     # ---- correctness: fp32, every policy token-identical to HF generate
-    k, kt = p["check_requests"], p["check_tokens"]
-    m32 = llama.Transformer.from_preset(p["preset"], seed=p["seed"], dtype=torch.float32, device=dev)
-    hf32 = llama.to_hf(m32)
-    check_prompts = [pr[:64] for pr in prompts[:k]]
-    ref = [_hf_generate_greedy(hf32, pr, kt) for pr in check_prompts]
-    checks, ties = {}, 0
-    for policy in POLICIES:
-        got = Engine(m32, policy=policy, **engine_opts, check_invariants=True).generate(
-            check_prompts, SamplingParams(max_new_tokens=kt))
-        for pr, r, o in zip(check_prompts, ref, got):
-            ties += _check_same(hf32, pr, r, o.tokens, policy)
-        checks[policy] = True
-    del m32, hf32
+    checks, ties, check_prompts = check_fp32_against_hf(p, prompts, dev, {
+        policy: (lambda m, policy=policy: Engine(m, policy=policy, **engine_opts, check_invariants=True))
+        for policy in POLICIES})
+    kt = p["check_tokens"]
     hf = llama.to_hf(model)
     hf_ref = [_hf_generate_greedy(hf, pr, kt) for pr in check_prompts]
     eng_tok = [o.tokens for o in Engine(model, **engine_opts).generate(check_prompts, SamplingParams(max_new_tokens=kt))]

@@ -24,7 +24,7 @@ from .. import bench
 from ..engine import SamplingParams, trace
 from ..engine.async_loop import AsyncEngine
 from ..models import llama
-from .batching import _check_same, _hf_generate_greedy, _sync, hf_generate_batch, hf_generate_static, time_peer
+from .batching import _sync, check_fp32_against_hf, hf_generate_batch, hf_generate_static, time_peer
 
 
 def _defaults(size: str, cuda: bool) -> dict:
@@ -89,20 +89,9 @@ def _run(params: dict) -> dict:
                 max_model_len=max_len)
     variants = engine_variants(cuda)
 
-    # ---- correctness: fp32, every engine variant token-identical to HF generate
-    k, kt = p["check_requests"], p["check_tokens"]
-    m32 = llama.Transformer.from_preset(p["preset"], seed=p["seed"], dtype=torch.float32, device=dev)
-    hf32 = llama.to_hf(m32)
-    check_prompts = [x[:64] for x in prompts[:k]]
-    ref = [_hf_generate_greedy(hf32, x, kt) for x in check_prompts]
-    checks, ties = {}, 0
-    for name, spec in variants.items():
-        got = _build(m32, spec, opts).generate(check_prompts, SamplingParams(max_new_tokens=kt))
-        # raises unless identical, or diverging only at a numerical tie of HF's own logits
-        ties += sum(_check_same(hf32, x, r, o.tokens, f"{name}, request {i}")
-                    for i, (x, r, o) in enumerate(zip(check_prompts, ref, got)))
-        checks[name] = True
-    del m32, hf32
+    # ---- correctness: fp32, every engine variant token-identical to HF generate (or at a tie)
+    checks, ties, _ = check_fp32_against_hf(p, prompts, dev, {
+        name: (lambda m, spec=spec: _build(m, spec, opts)) for name, spec in variants.items()})
     hf = llama.to_hf(model)
 
     # ---- timed runs, one clock for all: output tokens / synchronised wall time

@@ -322,12 +322,9 @@ class ModelRunner:
 
 def _fuse(model: llama.Transformer, fuse: bool | str) -> bool:
     backend = fuse if isinstance(fuse, str) else ("inductor" if fuse else None)
-    if backend is None:
-        fuse_around_attention(model, None)
-        return False
     try:
         fuse_around_attention(model, backend)
-        return True
+        return backend is not None
     except Exception as err:  # noqa: BLE001 - an engine without fused blocks still runs
         warnings.warn(f"running unfused blocks: torch.compile is unavailable ({err})", stacklevel=3)
         fuse_around_attention(model, None)

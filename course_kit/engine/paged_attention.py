@@ -51,6 +51,36 @@ def _gather_decode(q, k_cache, v_cache, tables, positions, scale):
 
 if triton is not None:
     @triton.jit
+    def _attend_blocks(q, m, l, acc, k_ptr, v_ptr, table_row_ptr, kvh, lo, hi, qpos, d, dmask, scale,
+                       stride_kb, stride_kt, stride_kh, BS: tl.constexpr, BLOCK_N: tl.constexpr,
+                       CAUSAL: tl.constexpr, PREC: tl.constexpr):
+        """The online softmax of notebook 08 over keys [lo, hi) of one sequence, read through its
+        block table row: key t lives in block table[t // BS] at offset t % BS. Returns the
+        updated (m, l, acc). CAUSAL masks key positions after each query's `qpos`."""
+        for start in range(lo, hi, BLOCK_N):
+            t = start + tl.arange(0, BLOCK_N)
+            tmask = t < hi
+            block = tl.load(table_row_ptr + t // BS, mask=tmask, other=0).to(tl.int64)
+            base = block * stride_kb + (t % BS) * stride_kt + kvh * stride_kh
+            kv_mask = tmask[:, None] & dmask[None, :]
+            k = tl.load(k_ptr + base[:, None] + d[None, :], mask=kv_mask, other=0.0)
+            s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale      # [rows, BLOCK_N] fp32
+            if CAUSAL:
+                s = tl.where((t[None, :] <= qpos[:, None]) & tmask[None, :], s, float("-inf"))
+            else:
+                s = tl.where(tmask[None, :], s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            alpha = tl.exp(m - m_new)
+            p = tl.exp(s - m_new[:, None])
+            v = tl.load(v_ptr + base[:, None] + d[None, :], mask=kv_mask, other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+            l = l * alpha + tl.sum(p, 1)
+            m = m_new
+        return m, l, acc
+
+
+if triton is not None:
+    @triton.jit
     def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, ctx_ptr, out_ptr, part_ptr, lse_ptr, scale,
                              stride_qn, stride_qh, stride_kb, stride_kt, stride_kh, stride_tb,
                              stride_on, stride_oh, H,
@@ -76,22 +106,9 @@ if triton is not None:
         m = tl.full([GP], float("-inf"), tl.float32)
         l = tl.zeros([GP], tl.float32)
         acc = tl.zeros([GP, DP], tl.float32)
-        for start in range(lo, hi, BLOCK_N):
-            t = start + tl.arange(0, BLOCK_N)
-            tmask = t < hi
-            block = tl.load(table_ptr + seq * stride_tb + t // BS, mask=tmask, other=0).to(tl.int64)
-            base = block * stride_kb + (t % BS) * stride_kt + kvh * stride_kh
-            kv_mask = tmask[:, None] & dmask[None, :]
-            k = tl.load(k_ptr + base[:, None] + d[None, :], mask=kv_mask, other=0.0)
-            s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale      # [GP, BLOCK_N] fp32
-            s = tl.where(tmask[None, :], s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, 1))
-            alpha = tl.exp(m - m_new)
-            p = tl.exp(s - m_new[:, None])
-            v = tl.load(v_ptr + base[:, None] + d[None, :], mask=kv_mask, other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
-            l = l * alpha + tl.sum(p, 1)
-            m = m_new
+        m, l, acc = _attend_blocks(q, m, l, acc, k_ptr, v_ptr, table_ptr + seq * stride_tb, kvh, lo, hi,
+                                   hi, d, dmask, scale, stride_kb, stride_kt, stride_kh,
+                                   BS=BS, BLOCK_N=BLOCK_N, CAUSAL=False, PREC=PREC)
         omask = gmask[:, None] & dmask[None, :]
         if SPLITS == 1:
             out = acc / l[:, None]
@@ -150,22 +167,9 @@ if triton is not None:
         m = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, DP], tl.float32)
-        for kstart in range(0, hi, BLOCK_N):
-            t = kstart + tl.arange(0, BLOCK_N)
-            tmask = t < hi
-            block = tl.load(table_ptr + row * stride_tb + t // BS, mask=tmask, other=0).to(tl.int64)
-            base = block * stride_kb + (t % BS) * stride_kt + kvh * stride_kh
-            kv_mask = tmask[:, None] & dmask[None, :]
-            k = tl.load(k_ptr + base[:, None] + d[None, :], mask=kv_mask, other=0.0)
-            s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale          # [BLOCK_M, BLOCK_N]
-            s = tl.where((t[None, :] <= qpos[:, None]) & tmask[None, :], s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, 1))
-            alpha = tl.exp(m - m_new)
-            p = tl.exp(s - m_new[:, None])
-            v = tl.load(v_ptr + base[:, None] + d[None, :], mask=kv_mask, other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
-            l = l * alpha + tl.sum(p, 1)
-            m = m_new
+        m, l, acc = _attend_blocks(q, m, l, acc, k_ptr, v_ptr, table_ptr + row * stride_tb, kvh, 0, hi,
+                                   qpos, d, dmask, scale, stride_kb, stride_kt, stride_kh,
+                                   BS=BS, BLOCK_N=BLOCK_N, CAUSAL=True, PREC=PREC)
         out = acc / l[:, None]
         tl.store(out_ptr + tok[:, None] * stride_on + h * stride_oh + d[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=qmask[:, None] & dmask[None, :])
