@@ -122,3 +122,21 @@ def test_random_workload_keeps_invariants(prefix_caching):
         bm.free(s)
     bm.check_invariants()
     assert bm.num_free_blocks == 24
+
+
+def test_table_array_follows_the_table_through_growth_and_reallocation():
+    """The cached int32 copy the model runner reads must never go stale: it follows growth, and a
+    request freed (preempted) and allocated again gets its new blocks, even at the same length."""
+    bm = BlockManager(8, 4)
+    a, b = seq("a", 6), seq("b", 6)
+    bm.allocate(a, 6)
+    assert bm.table_array("a").tolist() == bm.tables["a"]
+    bm.grow(a, 12)
+    assert bm.table_array("a").tolist() == bm.tables["a"] and len(bm.tables["a"]) == 3
+    first = bm.tables["a"]
+    bm.free(a)
+    bm.allocate(b, 8)                 # b takes blocks a just freed
+    bm.allocate(a, 12)                # same length as before, other blocks
+    assert bm.tables["a"] != first
+    assert bm.table_array("a").tolist() == bm.tables["a"]
+    assert str(bm.table_array("a").dtype) == "int32"

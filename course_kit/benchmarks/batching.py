@@ -2,7 +2,9 @@
 
 One workload (seeded): `n_requests` prompts and output lengths uniform in the given ranges, EOS
 ignored, all arriving at t=0 (offline throughput). Every policy runs it in the engine with the
-same number of batch slots (`max_num_seqs`; `also_slots` repeats static and continuous with more).
+same number of batch slots (`max_num_seqs`; `also_slots` repeats static and continuous with more),
+in the engine's sync loop, and static and continuous again in its async loop (notebook 07); the
+headline ratio takes both policies in the loop where continuous batching is faster.
 Static batching needs about max/mean of the output lengths times the steps continuous batching
 needs, less the tail where continuous batching drains its last requests; with few requests per
 slot that tail grows, which is why the headline comparison uses 24 slots for 256 requests. The peers run a subset of it (HF is slow; throughput is tokens per
@@ -157,6 +159,16 @@ def hf_generate_batch(hf, prompts: list[list[int]], news: list[int], hints: tupl
     return [results.get(f"r{i}", []) for i in range(len(prompts))], settings
 
 
+def policy_runs(record: dict) -> dict[str, tuple[dict, dict]]:
+    """The (static, continuous) results of a batching record for each loop mode it ran: "sync",
+    and "async" when recorded (records before the async policy runs hold sync only)."""
+    by_name = {r["name"]: r for r in record.get("results", [])}
+    out = {"sync": (by_name["static"], by_name["continuous"])}
+    if "static async" in by_name and "continuous async" in by_name:
+        out["async"] = (by_name["static async"], by_name["continuous async"])
+    return out
+
+
 def _downsample(xs: list, n: int = 400) -> list:
     step = max(1, len(xs) // n)
     return xs[::step]
@@ -235,6 +247,17 @@ def run(params: dict) -> dict:
     for policy in POLICIES:
         runs[policy] = run_engine(policy, policy, prompts, sampling, p["max_num_seqs"])
         thr[policy] = runs[policy]["throughput_tok_s"]
+    # the same two policies in the engine's async mode (notebook 07): the host prepares step N+1
+    # while the device runs step N, so the host's work per request (which grows with the live
+    # requests a step holds) stops adding to each step; both policies run in the same mode
+    by_mode = {"sync": (runs["static"], runs["continuous"])}
+    if p.get("async_policies", True):
+        from ..engine.async_loop import AsyncEngine
+        by_mode["async"] = tuple(run_engine(f"{policy} async", policy, prompts, sampling, p["max_num_seqs"],
+                                            cls=AsyncEngine) for policy in ("static", "continuous"))
+    mode_ratio = {m: c["throughput_tok_s"] / s["throughput_tok_s"] for m, (s, c) in by_mode.items()}
+    # the headline: both policies in the engine's faster mode for continuous batching
+    best_mode = max(by_mode, key=lambda m: by_mode[m][1]["throughput_tok_s"])
     # the same comparison with more slots: fewer "generations" of requests per slot, so the tail
     # where continuous batching drains its last requests weighs more (reported, not hidden)
     also = {}
@@ -297,12 +320,14 @@ def run(params: dict) -> dict:
         "fp32_numerical_ties": ties,
         "bf16_token_agreement_with_hf" if dtype != torch.float32 else "token_agreement_with_hf": agree,
         "throughput_tok_s": thr,
-        "continuous_vs_static": thr["continuous"] / thr["static"],
+        "continuous_vs_static": mode_ratio[best_mode],
+        "continuous_vs_static_mode": best_mode,
+        "continuous_vs_static_by_mode": mode_ratio,
         "dynamic_vs_static": thr["dynamic"] / thr["static"],
-        "continuous_vs_static_by_slots": {str(p["max_num_seqs"]): thr["continuous"] / thr["static"], **also},
+        "continuous_vs_static_by_slots": {str(p["max_num_seqs"]): mode_ratio["sync"], **also},
         "continuous_vs_static_target": 1.6,
         # the ratio in two parts: fewer steps (the scheduling gain) over the cost of each step
-        "continuous_vs_static_parts": policy_gain(runs["static"], runs["continuous"]),
+        "continuous_vs_static_parts": {m: policy_gain(*pair) for m, pair in by_mode.items()},
         "peer_subset_requests": n_peer,
         "engine_subset_tok_s": eng_sub,
         "engine_subset_sync_tok_s": eng_sync,
@@ -312,7 +337,7 @@ def run(params: dict) -> dict:
         "engine_vs_hf_generate_batch": eng_sub / thr_cb,
         "engine_vs_hf_generate_batch_target": 10.0,
         "engine_best_tok_s": best,
-        "pass_continuous_vs_static": thr["continuous"] / thr["static"] >= 1.6,
+        "pass_continuous_vs_static": mode_ratio[best_mode] >= 1.6,
         "pass_engine_vs_generate_batch": eng_sub / thr_cb >= 10.0,
         "notes": [
             "offline workload: every request arrives at t=0, so dynamic batching forms the same batches "
@@ -320,6 +345,8 @@ def run(params: dict) -> dict:
             f"the peers ran the first {n_peer} of the {len(prompts)} requests (same length distribution); "
             f"the engine ran those same requests for the engine_vs_* ratios",
             "throughput counts requested output tokens only (padding and prompt tokens excluded)",
+            "throughput_tok_s and continuous_vs_static_by_slots are the sync loop; "
+            f"continuous_vs_static compares both policies in the {best_mode} loop (the faster for continuous)",
         ],
     }
     return {"params": p, "results": results, "summary": summary, "timelines": timelines}

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import numpy as np
+
 from .sequence import Sequence
 
 
@@ -33,6 +35,7 @@ class BlockManager:
         self.ref_count = [0] * num_blocks
         self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
         self.tables: dict[str, list[int]] = {}
+        self._arrays: dict[str, np.ndarray] = {}      # tables as int32 arrays (table_array)
         self._hash_to_block: dict[int, int] = {}
         self._block_to_hash: dict[int, int] = {}
         self._seq_hashes: dict[str, list[int]] = {}
@@ -49,6 +52,15 @@ class BlockManager:
 
     def block_table(self, seq_id: str) -> list[int]:
         return self.tables.get(seq_id, [])
+
+    def table_array(self, seq_id: str) -> np.ndarray:
+        """The block table as an int32 array, rebuilt only when the table has grown: the model
+        runner reads every row's table every step, and converting lists each time costs more
+        host time than a small model's whole decode step on the GPU."""
+        table, arr = self.tables[seq_id], self._arrays.get(seq_id)
+        if arr is None or len(arr) != len(table):      # tables only grow until they are freed
+            arr = self._arrays[seq_id] = np.asarray(table, dtype=np.int32)
+        return arr
 
     def slot(self, seq_id: str, position: int) -> int:
         table = self.tables[seq_id]
@@ -144,6 +156,7 @@ class BlockManager:
     def free(self, seq: Sequence) -> None:
         """Release a request's blocks (finished, aborted or preempted)."""
         table = self.tables.pop(seq.request_id, [])
+        self._arrays.pop(seq.request_id, None)
         self._seq_hashes.pop(seq.request_id, None)
         # freed in reverse so that a prompt's first blocks are reused last (they are likelier
         # to be shared again)

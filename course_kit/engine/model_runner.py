@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import warnings
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -51,6 +52,8 @@ def _compiled_half(name: str, backend: str):
     cfg.cache_size_limit = max(cfg.cache_size_limit, 16)
     return torch.compile(getattr(llama.Block, name), dynamic=True, backend=backend)
 
+
+_NUMPY = {torch.int64: np.int64, torch.int32: np.int32}
 
 GRAPH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
 TOKEN_BUCKETS = (128, 256, 512, 1024, 2048, 4096, 8192)
@@ -90,6 +93,7 @@ class ModelRunner:
         # one extra block at the end is the scratch block for padding rows
         self.cache = llama.PagedKVCache(model.config, num_blocks + 1, block_size, self.dtype, self.device)
         self.scratch_block = num_blocks
+        self._scratch_table = np.array([num_blocks], dtype=np.int32)
         self.block_size = block_size
         self.max_blocks_per_seq = max_blocks_per_seq
         self.max_num_seqs = max_num_seqs
@@ -116,11 +120,16 @@ class ModelRunner:
     def decode_sizes(self) -> list[int]:
         return sorted({g for g in GRAPH_SIZES if g < self.max_num_seqs} | {self.max_num_seqs})
 
-    def prepare(self, out: SchedulerOutput, tables: dict[str, list[int]]) -> StepInputs:
+    def prepare(self, out: SchedulerOutput, tables: dict[str, list[int]],
+                table_array: Callable[[str], np.ndarray] | None = None) -> StepInputs:
+        """The step's inputs on the device. `table_array(request_id)` gives a block table as an
+        int32 array (`BlockManager.table_array` caches them); without it the lists are converted."""
+        if table_array is None:
+            table_array = lambda rid: np.asarray(tables[rid], dtype=np.int32)  # noqa: E731
         ones = [s for s in out.scheduled if s.num_tokens == 1]
         many = [s for s in out.scheduled if s.num_tokens > 1]
         order = ones + many
-        rows = [self._row(s, tables[s.seq.request_id]) for s in order]
+        rows = [self._row(s, table_array(s.seq.request_id)) for s in order]
         graph = None
         if not many:
             n = len(ones) + out.num_padding_rows
@@ -128,11 +137,11 @@ class ModelRunner:
                 size = next((g for g in self.decode_sizes() if g >= n), None)
                 if size is not None:
                     graph, n = ("decode", size), size
-            pads = [self._padding_row(s, tables) for s in out.padding]
+            pads = [self._padding_row(s, tables, table_array) for s in out.padding]
             rows += pads + [self._pad_row(1)] * (n - len(ones) - len(pads))
         else:
             assert out.num_padding_rows == 0, "padding rows only ride along in decode steps"
-            real = sum(len(r[0]) for r in rows)
+            real = sum(len(r[1]) for r in rows)
             if self.varlen and self.pad_shapes and len(rows) < self.mixed_rows:
                 need = real + self.mixed_rows - len(rows)
                 bucket = next((b for b in self.token_buckets if b >= need), None)
@@ -143,58 +152,63 @@ class ModelRunner:
         host = self._flatten(rows, tiles=self.varlen and bool(many))
         batch = self._to_device(host, num_decode=len(ones) if many else len(rows))
         if many and not self.varlen:
-            lo = sum(len(r[0]) for r in rows[:len(ones)])
+            qs = host["qstart"]
             for i in range(len(ones), len(order)):
-                n = len(rows[i][0])
-                batch.prefills.append((i, lo, lo + n, rows[i][3]))
-                lo += n
+                batch.prefills.append((i, qs[i], qs[i + 1], rows[i][3]))
         return StepInputs(batch, order, list(range(len(order))), len(rows), graph, host)
 
-    def _row(self, item: Scheduled, table: list[int]) -> tuple:
+    # A row is (tokens, positions, cache slots, context length, block table). Decode rows (one
+    # token) stay Python scalars; longer rows are numpy arrays, so a 1,000-token prefill chunk
+    # costs a few vector operations on the host rather than a few thousand Python ones.
+    def _row(self, item: Scheduled, table: np.ndarray) -> tuple:
         seq, n = item.seq, item.num_tokens
-        start = seq.num_computed
-        bs = self.block_size
-        positions = list(range(start, start + n))
-        slots = [table[p // bs] * bs + p % bs for p in positions]
-        return seq.token_slice(start, n), positions, slots, start + n, table
+        start, bs = seq.num_computed, self.block_size
+        if n == 1:
+            return seq.token_slice(start, 1), [start], [int(table[start // bs]) * bs + start % bs], start + 1, table
+        pos = np.arange(start, start + n)
+        return seq.token_slice(start, n), pos, table[pos // bs].astype(np.int64) * bs + pos % bs, start + n, table
 
-    def _padding_row(self, seq, tables: dict[str, list[int]]) -> tuple:
+    def _padding_row(self, seq, tables: dict[str, list[int]], table_array: Callable[[str], np.ndarray]) -> tuple:
         """A finished member of a static batch: it attends over its whole cache, as a padded batch
         computes it, and writes its K/V into the scratch block (its output is thrown away)."""
-        table = tables.get(seq.request_id)
-        if not table or seq.num_computed < 1:     # aborted: its cache is gone
+        if not tables.get(seq.request_id) or seq.num_computed < 1:     # aborted: its cache is gone
             return self._pad_row(1)
         ctx = seq.num_computed
-        return [0], [ctx - 1], [self.scratch_block * self.block_size], ctx, table
+        return [0], [ctx - 1], [self.scratch_block * self.block_size], ctx, table_array(seq.request_id)
 
     def _pad_row(self, n: int) -> tuple:
         """n tokens at position 0 in the scratch block: they attend only to themselves."""
-        return [0] * n, [0] * n, [self.scratch_block * self.block_size] * n, 1, [self.scratch_block]
+        return [0] * n, [0] * n, [self.scratch_block * self.block_size] * n, 1, self._scratch_table
 
     def _flatten(self, rows: list[tuple], tiles: bool) -> dict:
-        tokens, positions, slots, qstart, ctx = [], [], [], [0], []
+        qstart = [0]
+        for r in rows:
+            qstart.append(qstart[-1] + len(r[1]))
+        if qstart[-1] == len(rows):          # one token per row: a decode step
+            tokens, positions, slots = ([r[k][0] for r in rows] for k in range(3))
+        else:
+            tokens, positions, slots = (np.concatenate([np.asarray(r[k], dtype=np.int64) for r in rows])
+                                        for k in range(3))
         tile_row, tile_start, tile_len = [], [], []
-        for r, (toks, pos, sl, c, _) in enumerate(rows):
-            lo = len(tokens)
-            tokens += toks
-            positions += pos
-            slots += sl
-            qstart.append(len(tokens))
-            ctx.append(c)
-            if tiles and sl[0] != self.scratch_block * self.block_size:   # pad rows need no tiles
-                for t in range(lo, len(tokens), TILE_M):
+        if tiles:
+            for r, row in enumerate(rows):
+                if row[4] is self._scratch_table:      # pad rows need no tiles
+                    continue
+                lo, hi = qstart[r], qstart[r + 1]
+                for t in range(lo, hi, TILE_M):
                     tile_row.append(r)
                     tile_start.append(t)
-                    tile_len.append(min(TILE_M, len(tokens) - t))
+                    tile_len.append(min(TILE_M, hi - t))
         width = max(len(r[4]) for r in rows)
         table = np.full((len(rows), width), -1, dtype=np.int32)
         for i, r in enumerate(rows):
             table[i, :len(r[4])] = r[4]
-        return {"tokens": tokens, "positions": positions, "slots": slots, "qstart": qstart, "ctx": ctx,
-                "tables": table, "tiles": (tile_row, tile_start, tile_len)}
+        return {"tokens": tokens, "positions": positions, "slots": slots, "qstart": qstart,
+                "ctx": [r[3] for r in rows], "tables": table, "tiles": (tile_row, tile_start, tile_len)}
 
-    def _tensor(self, x, dtype):
-        t = torch.from_numpy(x) if isinstance(x, np.ndarray) else torch.tensor(x, dtype=dtype)
+    def _tensor(self, x, dtype: torch.dtype) -> torch.Tensor:
+        # via numpy: torch.tensor() on a Python list is several times slower
+        t = torch.from_numpy(np.asarray(x, dtype=_NUMPY[dtype]))
         if self._pin:
             t = t.pin_memory()
         return t.to(self.device, non_blocking=True)

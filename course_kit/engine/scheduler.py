@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from .block_manager import BlockManager
 from .sequence import Sequence, Status
@@ -26,7 +27,7 @@ from .sequence import Sequence, Status
 POLICIES = ("static", "dynamic", "continuous")
 
 
-def admit(waiting: list[int], free_blocks: int, block_size: int, free_slots: int,
+def admit(waiting: Iterable[int], free_blocks: int, block_size: int, free_slots: int,
           token_budget: int) -> list[int]:
     """The continuous admission rule, first come first served.
 
@@ -206,15 +207,17 @@ class Scheduler:
     def _schedule_continuous(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
-        decodes = [s for s in self.running if not s.in_prefill]
-        prefills = [s for s in self.running if s.in_prefill]
+        decodes, prefills = [], []
+        for seq in self.running:
+            (prefills if seq.in_prefill else decodes).append(seq)
         tables, bs = self.blocks.tables, self.blocks.block_size
         for seq in decodes + prefills:
             if seq.status is not Status.RUNNING or budget == 0:
                 continue
-            n = min(seq.num_uncomputed, budget)
+            left = seq.num_uncomputed
+            n = min(left, budget)
             if seq.num_computed + n <= len(tables[seq.request_id]) * bs:   # fits its blocks already
-                out.scheduled.append(Scheduled(seq, n, n == seq.num_uncomputed))
+                out.scheduled.append(Scheduled(seq, n, n == left))
                 budget -= n
                 continue
             # make room for the new tokens, preempting the newest requests if blocks ran out
@@ -232,9 +235,12 @@ class Scheduler:
         out.scheduled = [s for s in out.scheduled if s.seq.status is Status.RUNNING]
         if out.preempted:
             return out            # memory is short: admit nobody this step
+        if not self._free_slots or budget == 0 or not self.waiting:
+            return out            # nobody can be admitted (the common case: every slot busy)
         if not self.blocks.prefix_caching:
-            # exactly the rule of `admit`, applied to the waiting queue
-            chunks = admit([s.num_tokens for s in self.waiting], self.blocks.num_free_blocks,
+            # exactly the rule of `admit`, applied to the waiting queue (read lazily: admission
+            # stops at the first request that does not fit)
+            chunks = admit((s.num_tokens for s in self.waiting), self.blocks.num_free_blocks,
                            self.blocks.block_size, len(self._free_slots), budget)
             for chunk in chunks:
                 seq = self.waiting.popleft()

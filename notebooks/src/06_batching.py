@@ -53,6 +53,7 @@ import numpy as np
 import torch
 
 from course_kit import bench, notebook, plots, reference
+from course_kit.benchmarks import batching as batching_bench
 from course_kit.engine import BlockManager, Engine, SamplingParams, Sequence, admit, metrics, trace
 from course_kit.engine import scheduler as sched_mod
 from course_kit.models import llama
@@ -325,22 +326,30 @@ if record is None:
 else:
     sm = record["summary"]
     x = lambda v, f=".1f": "n/a" if v is None else format(v, f)   # noqa: E731 (a peer may have failed)
-    md(f"On **{record['environment'].get('gpu', 'the GPU')}**: continuous batching reached "
-       f"**{x(sm['throughput_tok_s']['continuous'], ',.0f')} tokens/s**, **{x(sm['continuous_vs_static'], '.2f')}x** "
-       f"static batching (target 1.6x). On the same {sm['peer_subset_requests']} requests the engine (the "
+    pairs = batching_bench.policy_runs(record)
+    mode = sm.get("continuous_vs_static_mode", "sync")
+    md(f"On **{record['environment'].get('gpu', 'the GPU')}**, both in the engine's {mode} loop: continuous "
+       f"batching reached **{x(pairs[mode][1]['throughput_tok_s'], ',.0f')} tokens/s**, "
+       f"**{x(sm['continuous_vs_static'], '.2f')}x** static batching (target 1.6x). On the same {sm['peer_subset_requests']} requests the engine (the "
        f"faster of its sync and async modes, notebook 07) was "
        f"**{x(sm['engine_vs_hf_generate'])}x** HF `generate` and **{x(sm['engine_vs_hf_generate_batch'])}x** "
        f"HF `generate_batch`.")
-    by_name = {r["name"]: r for r in record["results"]}
-    gain = metrics.policy_gain(by_name["static"], by_name["continuous"])
-    md(f"Why that ratio: for the same tokens continuous batching needs **{gain['fewer_steps']:.2f}x** fewer "
-       f"model steps than static batching (no padded rows, no waiting for a batch's longest member), "
-       f"but each of its steps costs **{gain['step_cost_ratio']:.2f}x** a static step: its batches are "
-       f"full, so attention reads more context per step, and new requests' prefill chunks ride along "
-       f"in the decode steps. {gain['fewer_steps']:.2f} / {gain['step_cost_ratio']:.2f} = "
-       f"**{gain['throughput_ratio']:.2f}x**. The fewer steps are the scheduling gain; the step cost is "
-       f"what fuller batches really do. The faster each step's fixed part (launches, weights), the more "
-       f"that cost weighs.")
+    rows = []
+    for loop, (st, co) in pairs.items():
+        gain = metrics.policy_gain(st, co)
+        rows.append(f"| {loop} | {st['throughput_tok_s']:,.0f} | {co['throughput_tok_s']:,.0f} | "
+                    f"{gain['fewer_steps']:.2f}x | {gain['step_cost_ratio']:.2f}x | **{gain['throughput_ratio']:.2f}x** |")
+    md("Continuous over static, in two parts: how many **fewer model steps** it needs for the same "
+       "tokens (no padded rows, no waiting for a batch's longest member), divided by how much **each "
+       "step costs** against a static step. Per loop mode of the engine (notebook 07):\n\n"
+       "| loop | static tok/s | continuous tok/s | fewer steps | step cost | throughput |\n"
+       "|---|---|---|---|---|---|\n" + "\n".join(rows))
+    md("The fewer steps are the scheduling gain. The step cost is what a fuller batch really does: "
+       "more live requests per step for the host to schedule, lay out and update (a static batch's "
+       "finished members ride along as cheap padding rows), more context for attention to read, and "
+       "new requests' prefill chunks riding along with the decodes. In the sync loop the host's part "
+       "adds to every step; in the async loop it runs while the GPU computes the previous step, so "
+       "only the GPU's part is left.")
     display(bplots.throughput_bars(record))
 
 # %%
