@@ -148,6 +148,8 @@ def _worker(rank: int, world_size: int, backend: str, init_method: str, threads:
             if os.getppid() != parent:  # whoever started us is gone: do not linger
                 break
             continue
+        except KeyboardInterrupt:       # the kernel's interrupt or shutdown reaches the whole
+            break                       # process group: leave quietly, no traceback while idle
         if blob is None:
             break
         try:
