@@ -346,8 +346,8 @@ else:
        "|---|---|---|---|---|---|\n" + "\n".join(rows))
     md("The fewer steps are the scheduling gain. The step cost is what a fuller batch really does: "
        "more live requests per step for the host to schedule, lay out and update (a static batch's "
-       "finished members ride along as cheap padding rows), more context for attention to read, and "
-       "new requests' prefill chunks riding along with the decodes. In the sync loop the host's part "
+       "finished members ride along as padding rows that the host barely touches), and new requests' "
+       "prefill chunks riding along with the decodes. In the sync loop the host's part "
        "adds to every step; in the async loop it runs while the GPU computes the previous step, so "
        "only the GPU's part is left.")
     display(bplots.throughput_bars(record))
