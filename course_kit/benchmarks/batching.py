@@ -29,6 +29,7 @@ import torch
 from .. import bench
 from .. import device as _device
 from ..engine import Engine, SamplingParams, trace
+from ..engine.async_loop import AsyncEngine
 from ..engine.metrics import block_usage, policy_gain, slot_intervals
 from ..models import llama
 
@@ -250,11 +251,9 @@ def run(params: dict) -> dict:
     # the same two policies in the engine's async mode (notebook 07): the host prepares step N+1
     # while the device runs step N, so the host's work per request (which grows with the live
     # requests a step holds) stops adding to each step; both policies run in the same mode
-    by_mode = {"sync": (runs["static"], runs["continuous"])}
-    if p.get("async_policies", True):
-        from ..engine.async_loop import AsyncEngine
-        by_mode["async"] = tuple(run_engine(f"{policy} async", policy, prompts, sampling, p["max_num_seqs"],
-                                            cls=AsyncEngine) for policy in ("static", "continuous"))
+    by_mode = {"sync": (runs["static"], runs["continuous"]),
+               "async": tuple(run_engine(f"{policy} async", policy, prompts, sampling, p["max_num_seqs"],
+                                         cls=AsyncEngine) for policy in ("static", "continuous"))}
     mode_ratio = {m: c["throughput_tok_s"] / s["throughput_tok_s"] for m, (s, c) in by_mode.items()}
     # the headline: both policies in the engine's faster mode for continuous batching
     best_mode = max(by_mode, key=lambda m: by_mode[m][1]["throughput_tok_s"])
@@ -279,7 +278,6 @@ def run(params: dict) -> dict:
     # the same engine, so its best mode is what faces the peers (both are reported)
     eng_async = float("nan")
     try:
-        from ..engine.async_loop import AsyncEngine
         eng_async = run_engine(f"continuous async ({n_peer} requests, {p['peer_slots']} slots)", "continuous",
                                sub_p, sampling[:n_peer], p["peer_slots"], cls=AsyncEngine)["throughput_tok_s"]
     except Exception as err:  # noqa: BLE001 - the sync figure stands on its own

@@ -102,7 +102,7 @@ class Engine:
         return self.scheduler.schedule(self.now(), more_coming)
 
     def prepare(self, sched: SchedulerOutput) -> StepInputs:
-        return self.runner.prepare(sched, self.blocks.tables, self.blocks.table_array)
+        return self.runner.prepare(sched, self.blocks)
 
     def execute(self, inputs: StepInputs) -> list[int | None]:
         """The sampled token of each item of `inputs.order` (the runner's row order)."""

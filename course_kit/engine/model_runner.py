@@ -17,12 +17,12 @@ from __future__ import annotations
 import functools
 import warnings
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
 
 from ..models import llama, sampling
+from .block_manager import BlockManager
 from .paged_attention import TILE_M, EngineBatch, engine_attention, triton
 from .scheduler import Scheduled, SchedulerOutput
 
@@ -120,16 +120,12 @@ class ModelRunner:
     def decode_sizes(self) -> list[int]:
         return sorted({g for g in GRAPH_SIZES if g < self.max_num_seqs} | {self.max_num_seqs})
 
-    def prepare(self, out: SchedulerOutput, tables: dict[str, list[int]],
-                table_array: Callable[[str], np.ndarray] | None = None) -> StepInputs:
-        """The step's inputs on the device. `table_array(request_id)` gives a block table as an
-        int32 array (`BlockManager.table_array` caches them); without it the lists are converted."""
-        if table_array is None:
-            table_array = lambda rid: np.asarray(tables[rid], dtype=np.int32)  # noqa: E731
+    def prepare(self, out: SchedulerOutput, blocks: BlockManager) -> StepInputs:
+        """The step's inputs on the device, block tables read from `blocks`."""
         ones = [s for s in out.scheduled if s.num_tokens == 1]
         many = [s for s in out.scheduled if s.num_tokens > 1]
         order = ones + many
-        rows = [self._row(s, table_array(s.seq.request_id)) for s in order]
+        rows = [self._row(s, blocks.table_array(s.seq.request_id)) for s in order]
         graph = None
         if not many:
             n = len(ones) + out.num_padding_rows
@@ -137,7 +133,7 @@ class ModelRunner:
                 size = next((g for g in self.decode_sizes() if g >= n), None)
                 if size is not None:
                     graph, n = ("decode", size), size
-            pads = [self._padding_row(s, tables, table_array) for s in out.padding]
+            pads = [self._padding_row(s, blocks) for s in out.padding]
             rows += pads + [self._pad_row(1)] * (n - len(ones) - len(pads))
         else:
             assert out.num_padding_rows == 0, "padding rows only ride along in decode steps"
@@ -168,13 +164,13 @@ class ModelRunner:
         pos = np.arange(start, start + n)
         return seq.token_slice(start, n), pos, table[pos // bs].astype(np.int64) * bs + pos % bs, start + n, table
 
-    def _padding_row(self, seq, tables: dict[str, list[int]], table_array: Callable[[str], np.ndarray]) -> tuple:
+    def _padding_row(self, seq, blocks: BlockManager) -> tuple:
         """A finished member of a static batch: it attends over its whole cache, as a padded batch
         computes it, and writes its K/V into the scratch block (its output is thrown away)."""
-        if not tables.get(seq.request_id) or seq.num_computed < 1:     # aborted: its cache is gone
+        if not blocks.tables.get(seq.request_id) or seq.num_computed < 1:     # aborted: its cache is gone
             return self._pad_row(1)
         ctx = seq.num_computed
-        return [0], [ctx - 1], [self.scratch_block * self.block_size], ctx, table_array(seq.request_id)
+        return [0], [ctx - 1], [self.scratch_block * self.block_size], ctx, blocks.table_array(seq.request_id)
 
     def _pad_row(self, n: int) -> tuple:
         """n tokens at position 0 in the scratch block: they attend only to themselves."""
