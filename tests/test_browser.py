@@ -187,12 +187,15 @@ def test_overflow_explorer_slider_and_format(page):
     pg.wait_for_selector(f"{EXPLORER} .js-plotly-plot .main-svg")
     table = lambda: pg.inner_text(f"{EXPLORER} .ck-explorer-table")
     fig = lambda: _figure_state(pg, EXPLORER)
-    table0, fig0 = table(), fig()
-    assert fig0 is not None, "the explorer shows no plotly figure"
-    readout0 = pg.inner_text(f"{EXPLORER} .widget-readout")
-
-    # drag the slider's handle to the right, like a learner would
     readout = lambda: pg.inner_text(f"{EXPLORER} .widget-readout")
+    # wait for the rendered state (text, figure and slider readout), then let it settle
+    _wait_for(table, lambda t: "fp32" in t, "the explorer should render its table")
+    _wait_for(fig, lambda f: bool(f["data"]), "the explorer should render a plotly figure")
+    _wait_for(readout, lambda r: r.strip() != "", "the explorer's slider should show its value")
+    fig0 = _settle(pg, fig)
+    table0, readout0 = table(), readout()
+
+    # drag the slider's handle, like a learner would
     handle = pg.locator(f"{EXPLORER} .noUi-handle").first
     for _ in range(3):
         handle.hover()                        # scrolls it into view where the mouse can reach it
@@ -230,8 +233,11 @@ def test_memory_estimator(page):
     pg.wait_for_selector(f"{ESTIMATOR} .js-plotly-plot .main-svg")
     text = lambda: pg.inner_text(f"{ESTIMATOR} .ck-memory-text")
     fig = lambda: _figure_state(pg, ESTIMATOR)
-    text0, fig0 = text(), fig()
-    assert "Llama-2-70B" in text0 and fig0 is not None
+    # wait for the rendered state, never read it once: the widget's text arrives after its frame
+    _wait_for(text, lambda t: "Llama-2-70B" in t, "the estimator's text should name the 70B model")
+    _wait_for(fig, lambda f: bool(f["data"]), "the estimator should render a plotly figure")
+    fig0 = _settle(pg, fig)
+    text0 = text()
     selects = pg.locator(f"{ESTIMATOR} select")
     selects.nth(0).select_option(label="7b: Llama-2-7B")
     _wait_for(text, lambda t: "Llama-2-7B" in t, "the estimator's text should name the 7B model")
