@@ -288,8 +288,9 @@ bplots.block_usage({"small cache": metrics.block_usage(small.steps, small.blocks
 #   (flash-decoding), so that a batch of a few sequences still fills every SM.
 
 # %%
-from course_kit.engine import model_runner, paged_attention
-show_source(paged_attention.paged_decode_triton)
+from course_kit.attention import paged_triton
+from course_kit.engine import model_runner
+show_source(paged_triton.paged_decode_triton)
 show_source(model_runner.fuse_around_attention)
 
 # %% [markdown]

@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from course_kit import attention, bench, notebook, reference
-from course_kit.attention import naive, online_softmax, sdpa_backends, tiled, triton_flash
+from course_kit.attention import naive, online_softmax, sdpa_backends, tiled, triton_flash, triton_softmax
 from course_kit.benchmarks import attention as attention_bench
 from course_kit.notebook import md, show_source
 from course_kit.plots import attention as aplots
@@ -215,7 +215,8 @@ aplots.causal_tiles_figure(1000, 128, 64)
 #   causal, loader) bucket. Under the interpreter one fixed configuration is used.
 
 # %%
-show_source(triton_flash._attend_blocks.fn)
+show_source(triton_softmax.online_softmax_fold.fn)
+show_source(triton_flash._flash_attend_blocks.fn)
 
 # %%
 show_source(triton_flash._flash_fwd_kernel.fn)
