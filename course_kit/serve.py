@@ -12,6 +12,12 @@ if the client goes away, the response is cancelled and its request aborted, free
 
 Prompts are token ids: the course's models are built from seeded random weights, with no
 tokenizer to download.
+
+No request body gets a 5xx: every number is checked (non-finite floats are refused, as are
+sampling settings the sampler cannot run, which would otherwise fail the whole batch's step),
+validation errors are made JSON-safe before they are sent (a NaN or a lone surrogate in an error
+would otherwise break the encoder), and bodies are capped in size (413) and in upload time (408).
+`tests/test_serve_fuzz.py` throws random bodies at it.
 """
 from __future__ import annotations
 
@@ -25,23 +31,29 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from .engine import Engine, EngineConfig, SamplingParams
+from .serve_guard import BODY_TIMEOUT_S, MAX_BODY_BYTES, BodyLimit, json_safe
 
 try:
     from fastapi import FastAPI, HTTPException, Request
+    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, StreamingResponse
     from pydantic import BaseModel, Field
 except ImportError:  # pragma: no cover - fastapi is a dependency; keep `course-kit` importable
     FastAPI = None
 
+# below this (but above 0, which is greedy) logits / temperature overflow to inf and sampling fails
+MIN_TEMPERATURE = 1e-2
+MAX_TEMPERATURE = 100.0
 
 if FastAPI is not None:
     class CompletionRequest(BaseModel):
         prompt: list[int] = Field(..., description="prompt token ids")
         max_tokens: int = Field(16, ge=1, description="new tokens to generate")
-        temperature: float = Field(0.0, ge=0.0)
-        top_k: int = Field(0, ge=0)
-        top_p: float = Field(1.0, gt=0.0, le=1.0)
-        seed: int | None = None
+        temperature: float = Field(0.0, ge=0.0, le=MAX_TEMPERATURE, allow_inf_nan=False,
+                                   description=f"0 (greedy) or {MIN_TEMPERATURE}..{MAX_TEMPERATURE}")
+        top_k: int = Field(0, ge=0, description="0 (off) up to the vocabulary size")
+        top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
+        seed: int | None = Field(None, ge=0, lt=2**63)
         ignore_eos: bool = False
         stream: bool = True
 
@@ -73,9 +85,14 @@ class EngineLoop:
         vocab = eng.model.config.vocab_size
         if not prompt:
             raise ValueError("prompt is empty: give at least one token id")
+        if 0 < params.temperature < MIN_TEMPERATURE:
+            raise ValueError(f"temperature={params.temperature} is in (0, {MIN_TEMPERATURE}): use 0 for "
+                             f"greedy or a value in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE}]")
+        if params.top_k > vocab:
+            raise ValueError(f"top_k={params.top_k} exceeds the vocabulary ({vocab}); use 0..{vocab}")
         bad = [t for t in prompt if not 0 <= t < vocab]
         if bad:
-            raise ValueError(f"token ids {bad[:5]} are outside [0, {vocab}) (the model's vocabulary)")
+            raise ValueError(f"token ids {json_safe(bad[:5])} are outside [0, {vocab}) (the model's vocabulary)")
         limit = min(eng.max_model_len, eng.blocks.num_blocks * eng.blocks.block_size)
         if len(prompt) + params.max_new_tokens > limit:
             raise ValueError(f"prompt {len(prompt)} + max_tokens {params.max_new_tokens} = "
@@ -106,9 +123,12 @@ class EngineLoop:
                 pass
 
     def _apply(self) -> None:
-        for rid, prompt, params in self._adds:
-            self.engine.add_request(prompt, params, request_id=rid)
-        self._adds.clear()
+        adds, self._adds = self._adds, []
+        for rid, prompt, params in adds:
+            try:
+                self.engine.add_request(prompt, params, request_id=rid)
+            except Exception as err:  # noqa: BLE001 - fail this request alone, keep the loop alive
+                self._close(rid, f"error: {type(err).__name__}: {err}")
         for rid in self._aborts:
             self.engine.abort(rid)
             self._close(rid, "abort")
@@ -160,8 +180,10 @@ class EngineLoop:
                 "preemptions": eng.scheduler.num_preemptions, "last_error": self.last_error}
 
 
-def create_app(engine: Engine) -> "FastAPI":
-    """The FastAPI app serving `engine` (its loop starts with the app's lifespan)."""
+def create_app(engine: Engine, max_body_bytes: int = MAX_BODY_BYTES,
+               body_timeout_s: float = BODY_TIMEOUT_S) -> "FastAPI":
+    """The FastAPI app serving `engine` (its loop starts with the app's lifespan); bodies larger
+    than `max_body_bytes` get 413, bodies slower than `body_timeout_s` to arrive get 408."""
     if FastAPI is None:
         raise RuntimeError("serving needs fastapi: pip install fastapi uvicorn")
 
@@ -173,6 +195,11 @@ def create_app(engine: Engine) -> "FastAPI":
         await app.state.loop.stop()
 
     app = FastAPI(title="course_kit engine", lifespan=lifespan)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, timeout_s=body_timeout_s)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError):
+        return JSONResponse(status_code=422, content={"detail": json_safe(exc.errors())})
 
     @app.get("/health")
     async def health():
@@ -244,10 +271,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 class BackgroundServer:
     """uvicorn in a daemon thread (notebooks and tests): `with BackgroundServer(engine) as srv:`."""
 
-    def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int | None = None) -> None:
+    def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int | None = None,
+                 **app_options) -> None:
         import uvicorn
         self.host, self.port = host, port or free_port(host)
-        self.app = create_app(engine)
+        self.app = create_app(engine, **app_options)
         config = uvicorn.Config(self.app, host=self.host, port=self.port, log_level="warning",
                                 lifespan="on")
         self.server = uvicorn.Server(config)
@@ -309,6 +337,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-num-batched-tokens", type=int, default=512)
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--num-blocks", type=int)
+    p.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES,
+                   help="larger request bodies get 413")
     p.set_defaults(func=_serve)
 
 
@@ -320,5 +350,5 @@ def _serve(args: argparse.Namespace) -> int:
     engine.warmup()
     print(f"course-kit serve: {args.preset if not args.checkpoint else args.checkpoint}, policy "
           f"{args.policy}, on http://{args.host}:{args.port}  (POST /v1/completions)")
-    uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level="info")
+    uvicorn.run(create_app(engine, max_body_bytes=args.max_body_bytes), host=args.host, port=args.port, log_level="info")
     return 0
