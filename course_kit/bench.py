@@ -226,7 +226,9 @@ def run_topic(name: str, params: dict | None = None) -> dict:
     if name not in registry:
         raise ValueError(f"unknown topic {name!r}; choose one of: {', '.join(registry)} or all")
     d = _device.defaults()
-    merged = {"size": d["size"], "device": d["device"], **(params or {})}
+    # the one dtype rule is device.defaults(); a benchmark reads params["dtype"] (a torch.dtype)
+    merged = {"size": d["size"], "device": d["device"], "dtype": d["dtype"], **(params or {})}
+    merged["dtype"] = _device.as_dtype(merged["dtype"])
     t0 = time.perf_counter()
     out = registry[name].run(merged)
     record = {"topic": name, "environment": environment(), "params": {**merged, **out.get("params", {})},

@@ -88,11 +88,6 @@ class Capabilities:
     def sm(self) -> str:
         return "cpu" if self.capability is None else f"sm_{self.capability[0]}{self.capability[1]}"
 
-    def preferred_dtype(self) -> torch.dtype:
-        """The half-precision dtype this device runs fastest: bf16 on sm_80+, fp16 on older GPUs."""
-        if self.capability is None:
-            return torch.float32
-        return torch.bfloat16 if self.bf16_tensor_cores else torch.float16
 
 
 def _triton_installed() -> bool:
@@ -259,13 +254,49 @@ _ROOFLINE = {
 }
 
 
+DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+
+
+def as_dtype(value: "torch.dtype | str") -> torch.dtype:
+    """A compute dtype from a torch.dtype or its name ('bfloat16', 'bf16', 'torch.bfloat16').
+
+    Records store dtypes as names; benchmarks and notebooks get them back through this, so the
+    rule of which dtype to run in is decided once, by `defaults()`.
+    """
+    if isinstance(value, torch.dtype):
+        if value not in DTYPE_NAMES.values():
+            raise ValueError(f"compute dtype must be one of {sorted(DTYPE_NAMES)}, got {value}")
+        return value
+    name = str(value).replace("torch.", "").strip().lower()
+    name = _DTYPE_ALIASES.get(name, name)
+    if name not in DTYPE_NAMES:
+        raise ValueError(f"compute dtype must be one of {sorted(DTYPE_NAMES)} (or {sorted(_DTYPE_ALIASES)}), "
+                         f"got {value!r}")
+    return DTYPE_NAMES[name]
+
+
+def dtype_name(value: "torch.dtype | str") -> str:
+    """'bfloat16' for torch.bfloat16 (what records and prose show)."""
+    return str(as_dtype(value)).replace("torch.", "")
+
+
+def compute_dtype(caps: "Capabilities | None" = None) -> torch.dtype:
+    """The course's one dtype rule: bf16 where there are bf16 tensor cores (sm_80+), fp16 on older
+    GPUs (a T4 emulates bf16 slowly), fp32 on a CPU. `defaults()["dtype"]` is this for the device at hand."""
+    caps = caps if caps is not None else capabilities()
+    if caps.capability is None:
+        return torch.float32
+    return torch.bfloat16 if caps.bf16_tensor_cores else torch.float16
+
+
 def defaults() -> dict:
     """Device, dtype and size class for this machine; notebooks' `parameters` cells start from it."""
     caps = capabilities()
     size = size_class()
     return {
         "device": "cuda" if torch.cuda.is_available() else "cpu",
-        "dtype": caps.preferred_dtype(),
+        "dtype": compute_dtype(caps),
         "smoke": is_smoke(),
         "size": size,
         "gpu": gpu_name(),

@@ -66,25 +66,65 @@ def has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
-def gpu_only(topic: str, slug: str = reference.REFERENCE_GPU) -> dict | None:
-    """On a GPU: return None (run the section live). On a CPU: show a banner and the recorded record.
+def _stamp(record: dict, slug: str) -> str:
+    env = record.get("environment", {})
+    return (f"<b>{env.get('gpu', slug)}</b> ({env.get('capability', '?')}, torch {env.get('torch', '?')}, "
+            f"{str(env.get('date', '?'))[:10]}), from <code>data/reference/{slug}/</code>")
 
-    Returns the record of `data/reference/<slug>/<topic>.json`, or None when none was recorded yet.
+
+def record(topic: str, slug: str | None = None, *, live: bool = False, quiet: bool = False) -> dict | None:
+    """The recorded result a notebook shows for `topic`: the one way notebooks read `data/reference`.
+
+    - `slug` given (e.g. "h200x2" for a two-GPU run): that machine's record, labelled.
+    - On a CPU: the reference GPU's record, under the "GPU-only section" banner.
+    - On a GPU: this GPU's own record. Where it has none, a live run of `course-kit bench topic`
+      when `live=True` (its result is returned, not saved), else the reference record, labelled as
+      not this GPU, with the command that records yours.
+    Returns None (with a banner saying so) when nothing was recorded. `quiet` drops the banner, for
+    a reference shown beside a result that has its own label.
     """
+    say = (lambda text, kind: None) if quiet else banner
+    if slug is not None:
+        rec = reference.load(topic, slug)
+        if rec is None:
+            say(f"No record <code>{slug}/{topic}.json</code> exists yet: run <code>course-kit bench {topic}</code> "
+                f"on that machine to create one.", "warning")
+        else:
+            say(f"<b>Recorded results</b> of {_stamp(rec, slug)}.", "gpu" if not has_gpu() else "info")
+        return rec
+    if has_gpu():
+        own_slug = reference.gpu_slug()
+        rec = reference.load(topic, own_slug)
+        if rec is not None:
+            say(f"<b>Recorded on this kind of GPU</b>: {_stamp(rec, own_slug)}.", "info")
+            return rec
+        if live:
+            from . import bench
+            say(f"No record for this GPU ({own_slug}) yet: running <code>course-kit bench {topic}</code> live.",
+                "info")
+            return bench.run_topic(topic, {"size": device.defaults()["size"]})
+        rec = reference.load(topic, reference.REFERENCE_GPU)
+        if rec is not None:
+            say(f"<b>Recorded on another GPU, not this one.</b> No record for this GPU ({own_slug}) exists yet, "
+                f"so what follows is the reference run on {_stamp(rec, reference.REFERENCE_GPU)}. Run "
+                f"<code>course-kit bench {topic}</code> to record yours.", "warning")
+        return rec
+    rec = reference.load(topic, reference.REFERENCE_GPU)
+    if rec is None:
+        say(f"<b>GPU-only section.</b> This machine has no CUDA GPU, and no reference record "
+            f"<code>{reference.REFERENCE_GPU}/{topic}.json</code> exists yet. Run <code>course-kit bench "
+            f"{topic}</code> on a GPU to create one.", "warning")
+        return None
+    say(f"<b>GPU-only section: recorded results, not this machine.</b> This machine has no CUDA GPU, so what "
+        f"follows shows the reference run on {_stamp(rec, reference.REFERENCE_GPU)}.", "gpu")
+    return rec
+
+
+def gpu_only(topic: str, slug: str = reference.REFERENCE_GPU) -> dict | None:
+    """On a GPU: None (run the section live). On a CPU: `record(topic, slug)` under the banner."""
     if has_gpu():
         return None
-    record = reference.load(topic, slug)
-    if record is None:
-        banner(f"<b>GPU-only section.</b> This machine has no CUDA GPU, and no reference record "
-               f"<code>{slug}/{topic}.json</code> exists yet. Run <code>course-kit bench {topic}</code> "
-               f"on a GPU to create one.", "warning")
-        return None
-    env = record.get("environment", {})
-    banner(f"<b>GPU-only section: recorded results, not this machine.</b> This machine has no CUDA GPU, "
-           f"so what follows shows the reference run on <b>{env.get('gpu', slug)}</b> "
-           f"({env.get('capability', '?')}, torch {env.get('torch', '?')}, {env.get('date', '?')[:10]}), "
-           f"from <code>data/reference/{slug}/{topic}.json</code>.", "gpu")
-    return record
+    return record(topic, slug)
 
 
 def is_smoke() -> bool:

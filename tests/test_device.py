@@ -10,14 +10,14 @@ def test_t4_has_fp16_tensor_cores_but_no_bf16_flash_or_fp8():
     assert t4.fp16_tensor_cores and not t4.bf16_tensor_cores
     assert not t4.sdpa_flash and not t4.fp8 and not t4.tf32
     assert t4.sdpa_efficient and t4.cuda_graphs
-    assert t4.preferred_dtype() == torch.float16      # bf16 is emulated on a T4: use fp16
+    assert device.compute_dtype(t4) == torch.float16      # bf16 is emulated on a T4: use fp16
     assert t4.sm == "sm_75"
 
 
 def test_a100_has_bf16_flash_but_no_fp8():
     a100 = device.capabilities((8, 0))
     assert a100.bf16_tensor_cores and a100.tf32 and a100.sdpa_flash and not a100.fp8
-    assert a100.preferred_dtype() == torch.bfloat16
+    assert device.compute_dtype(a100) == torch.bfloat16
 
 
 def test_hopper_has_everything():
@@ -35,7 +35,7 @@ def test_cpu_capabilities():
     cpu = device.capabilities(None)
     assert cpu.capability is None and cpu.sm == "cpu"
     assert not cpu.cuda_graphs and not cpu.bf16_tensor_cores
-    assert cpu.preferred_dtype() == torch.float32
+    assert device.compute_dtype(cpu) == torch.float32
 
 
 @pytest.mark.parametrize("bad", [(9,), (9, -1), ("9", "0")])
@@ -80,3 +80,31 @@ def test_colab_and_binder_detection(monkeypatch):
     monkeypatch.setenv("COLAB_RELEASE_TAG", "release-x")
     monkeypatch.setenv("BINDER_LAUNCH_HOST", "https://mybinder.org/")
     assert device.on_colab() and device.on_binder()
+
+
+def test_as_dtype_is_the_one_parser_of_dtype_names():
+    from course_kit import device
+    assert device.as_dtype("bfloat16") is torch.bfloat16 and device.as_dtype("bf16") is torch.bfloat16
+    assert device.as_dtype("torch.float16") is torch.float16 and device.as_dtype(torch.float32) is torch.float32
+    assert device.dtype_name(torch.bfloat16) == "bfloat16"
+    with pytest.raises(ValueError, match="float32"):
+        device.as_dtype("float8")
+    with pytest.raises(ValueError, match="compute dtype"):
+        device.as_dtype(torch.int8)
+
+
+def test_run_topic_hands_every_benchmark_the_defaults_dtype(monkeypatch):
+    from course_kit import bench, device
+    seen = {}
+
+    @bench.topic("_dtype_probe", help="test only")
+    def run(params):
+        seen.update(params)
+        return {"results": [], "summary": {}}
+    try:
+        record = bench.run_topic("_dtype_probe")
+        assert seen["dtype"] is device.defaults()["dtype"] and record["params"]["dtype"] == device.dtype_name(seen["dtype"])
+        bench.run_topic("_dtype_probe", {"dtype": "bf16"})
+        assert seen["dtype"] is torch.bfloat16
+    finally:
+        bench._TOPICS.pop("_dtype_probe", None)

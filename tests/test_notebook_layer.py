@@ -27,3 +27,44 @@ def test_gpu_only_shows_the_reference_on_a_cpu(capsys):
     else:
         record = notebook.gpu_only("roofline")
         assert record is not None and record["environment"]["gpu"]
+
+
+def _fake_records(tmp_path, monkeypatch, slugs):
+    import json
+    for slug in slugs:
+        (tmp_path / "reference" / slug).mkdir(parents=True)
+        (tmp_path / "reference" / slug / "amp.json").write_text(json.dumps(
+            {"summary": {"from": slug}, "environment": {"gpu": slug.upper()}}))
+    monkeypatch.setenv("COURSE_KIT_DATA", str(tmp_path))
+
+
+def test_record_on_a_cpu_is_the_reference_under_the_banner(tmp_path, monkeypatch, capsys):
+    _fake_records(tmp_path, monkeypatch, ["h200", "t4"])
+    monkeypatch.setattr(notebook, "has_gpu", lambda: False)
+    shown = []
+    monkeypatch.setattr(notebook, "banner", lambda text, kind="info": shown.append((kind, text)))
+    assert notebook.record("amp")["summary"]["from"] == "h200"
+    assert shown and shown[0][0] == "gpu" and "not this machine" in shown[0][1]
+    assert notebook.record("amp", "t4")["summary"]["from"] == "t4"          # an explicit machine
+    shown.clear()
+    assert notebook.record("missing_topic") is None and "no reference record" in shown[0][1]
+    shown.clear()
+    notebook.record("amp", quiet=True)
+    assert shown == []
+
+
+def test_record_on_a_gpu_prefers_its_own_then_labels_the_reference(tmp_path, monkeypatch):
+    from course_kit import reference
+    _fake_records(tmp_path, monkeypatch, ["h200", "t4"])
+    monkeypatch.setattr(notebook, "has_gpu", lambda: True)
+    shown = []
+    monkeypatch.setattr(notebook, "banner", lambda text, kind="info": shown.append((kind, text)))
+    monkeypatch.setattr(reference, "gpu_slug", lambda: "t4")
+    assert notebook.record("amp")["summary"]["from"] == "t4"
+    monkeypatch.setattr(reference, "gpu_slug", lambda: "a100")          # no record of its own
+    shown.clear()
+    assert notebook.record("amp")["summary"]["from"] == "h200"
+    assert shown[0][0] == "warning" and "not this one" in shown[0][1] and "course-kit bench amp" in shown[0][1]
+    from course_kit import bench
+    monkeypatch.setattr(bench, "run_topic", lambda topic, params: {"summary": {"from": "live"}})
+    assert notebook.record("amp", live=True)["summary"]["from"] == "live"

@@ -97,7 +97,7 @@ def run(params: dict) -> dict:
     batches = [int(b) for b in params.get("batches", batches)]
     new_tokens = int(params.get("new_tokens", new_tokens))
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = _device.defaults()["dtype"] if dev == "cuda" else torch.float32   # fp16 on a T4
+    dtype = _device.as_dtype(params.get("dtype") or _device.defaults()["dtype"])   # fp16 on a T4
     rows, timelines, identical = [], {}, {}
     cases = [(m, b) for m in models for b in batches]
     bar = bench.progress(cases, desc="async")

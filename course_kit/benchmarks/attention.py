@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from .. import bench
+from .. import device as _device
 from ..attention import naive, sdpa_backends, tiled
 
 ACCEPTANCE = {"batch": 4, "heads": 16, "seq_len": 4096, "head_dim": 128, "causal": True}
@@ -223,12 +224,8 @@ def run(params: dict) -> dict:
         raise ValueError(f"size must be one of {sorted(SIZES)}; got {size!r}")
     cfg = {**SIZES[size], **{k: v for k, v in params.items() if k in SIZES["full"]}}
     dev = torch.device(params.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if dev.type == "cuda":
-        cap = torch.cuda.get_device_capability(dev)
-        dtype = torch.bfloat16 if cap >= (8, 0) else torch.float16
-    else:
-        dtype = torch.bfloat16
-    dtype = getattr(torch, params["dtype"]) if "dtype" in params else dtype
+    # the device's compute dtype (device.defaults): bf16, fp16 on a T4, fp32 on a CPU
+    dtype = _device.as_dtype(params.get("dtype") or _device.defaults()["dtype"])
     acceptance = dict(ACCEPTANCE) if size == "full" else {
         "batch": cfg["batch"], "heads": cfg["heads"], "seq_len": cfg["seq_lens"][-1], "head_dim": 128, "causal": True}
     only = params.get("variants")

@@ -38,14 +38,12 @@ POLICIES = ("static", "dynamic", "continuous")
 
 def _defaults(size: str, cuda: bool) -> dict:
     if cuda and size in ("full", "small_gpu"):
-        # bf16 where there are bf16 tensor cores; fp16 on older GPUs (a T4)
-        half = str(_device.capabilities().preferred_dtype()).replace("torch.", "")
-        return {"preset": "smollm-135m", "dtype": half, "n_requests": 256, "prompt_len": [100, 1024],
+        return {"preset": "smollm-135m", "n_requests": 256, "prompt_len": [100, 1024],
                 "output_len": [100, 1024], "seed": 0, "max_num_seqs": 24, "block_size": 16,
                 "max_num_batched_tokens": 2048, "max_wait_s": 0.02, "peer_requests": 64,
                 "check_requests": 4, "check_tokens": 24, "also_slots": [64], "wide_slots": 0,
                 "peer_slots": 64}
-    return {"preset": "tiny", "dtype": "float32", "n_requests": 12, "prompt_len": [4, 40], "output_len": [4, 40],
+    return {"preset": "tiny", "n_requests": 12, "prompt_len": [4, 40], "output_len": [4, 40],
             "seed": 0, "max_num_seqs": 4, "block_size": 16, "max_num_batched_tokens": 64, "max_wait_s": 0.02,
             "peer_requests": 4, "check_requests": 2, "check_tokens": 6, "also_slots": [], "wide_slots": 0,
             "peer_slots": 4}
@@ -204,7 +202,8 @@ def run(params: dict) -> dict:
     cuda = torch.cuda.is_available() and str(params.get("device", "cuda")).startswith("cuda")
     p = {**_defaults(params.get("size", "cpu"), cuda), **{k: v for k, v in params.items() if k not in ("size", "device")}}
     dev = "cuda" if cuda else "cpu"
-    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[p["dtype"]]
+    # the device's compute dtype (device.defaults): bf16, fp16 on a T4, fp32 on a CPU
+    dtype = p["dtype"] = _device.as_dtype(p.get("dtype") or _device.defaults()["dtype"])
     model = llama.Transformer.from_preset(p["preset"], seed=p["seed"], dtype=dtype, device=dev)
     vocab = model.config.vocab_size
     work = trace.synthetic(p["n_requests"], tuple(p["prompt_len"]), tuple(p["output_len"]), vocab, seed=p["seed"])

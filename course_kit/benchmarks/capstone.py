@@ -21,6 +21,7 @@ import time
 import torch
 
 from .. import bench
+from .. import device as _device
 from ..engine import SamplingParams, trace
 from ..engine.async_loop import AsyncEngine
 from ..models import llama
@@ -29,11 +30,11 @@ from .batching import _sync, check_fp32_against_hf, hf_generate_batch, hf_genera
 
 def _defaults(size: str, cuda: bool) -> dict:
     if cuda and size in ("full", "small_gpu"):
-        return {"preset": "smollm-135m", "dtype": "bfloat16", "n_requests": 64,
+        return {"preset": "smollm-135m", "n_requests": 64,
                 "prompt_len": [100, 512], "output_len": [100, 512], "seed": 0, "max_num_seqs": 64,
                 "max_num_batched_tokens": 2048, "check_requests": 4, "check_tokens": 24,
                 "hf_generate_batch": True}
-    return {"preset": "tiny", "dtype": "float32", "n_requests": 6 if size == "smoke" else 12,
+    return {"preset": "tiny", "n_requests": 6 if size == "smoke" else 12,
             "prompt_len": [4, 32], "output_len": [4, 16 if size == "smoke" else 32], "seed": 0,
             "max_num_seqs": 4, "max_num_batched_tokens": 128, "check_requests": 2,
             "check_tokens": 6, "hf_generate_batch": size != "smoke"}
@@ -78,7 +79,7 @@ def _run(params: dict) -> dict:
     p = {**_defaults(params.get("size", "cpu"), cuda),
          **{k: v for k, v in params.items() if k not in ("size", "device")}}
     dev = "cuda" if cuda else "cpu"
-    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[p["dtype"]]
+    dtype = p["dtype"] = _device.as_dtype(p.get("dtype") or _device.defaults()["dtype"])
     model = llama.Transformer.from_preset(p["preset"], seed=p["seed"], dtype=dtype, device=dev)
     work = trace.synthetic(p["n_requests"], tuple(p["prompt_len"]), tuple(p["output_len"]),
                            model.config.vocab_size, seed=p["seed"])

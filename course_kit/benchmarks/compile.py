@@ -59,12 +59,13 @@ def _skips() -> int:
 
 
 def measure_decode(modes: list[str], device: str, spec: dict, repeat: int,
-                   cache_root: str | None = None) -> tuple[list[dict], dict]:
+                   cache_root: str | None = None, dtype: "torch.dtype | str | None" = None
+                   ) -> tuple[list[dict], dict]:
     """Per mode: correctness against eager over 16 positions, compile and steady time, launches.
     spec: {"preset": ..., field overrides}. Returns (rows, graph report of the step)."""
     spec = dict(spec)
-    # bf16 where the GPU has bf16 tensor cores, fp16 on older ones (a T4), fp32 on a CPU.
-    dtype = _device.capabilities().preferred_dtype() if device == "cuda" else torch.float32
+    # the device's compute dtype (device.defaults): bf16, fp16 on a T4, fp32 on a CPU
+    dtype = _device.as_dtype(dtype or _device.defaults()["dtype"])
     preset = spec.pop("preset")
     step, inputs = decode_setup(preset, device=device, dtype=dtype, **spec)
     ref = decode_reference(step, inputs)
@@ -149,7 +150,7 @@ def run(params: dict) -> dict:
     # Every mode compiles into its own empty cache folder under one temporary root.
     with tempfile.TemporaryDirectory(prefix="course_kit_bench_compile_") as root:
         t0 = time.perf_counter()
-        d_rows, d_graphs = measure_decode(decode_modes, device, dspec, repeat, root)
+        d_rows, d_graphs = measure_decode(decode_modes, device, dspec, repeat, root, params.get("dtype"))
         t1 = time.perf_counter()
         # Training steps are ~10 ms: 25 timed steps cost well under a second and steady the median.
         t_rows, t_graphs = measure_train(train_modes, device, tspec, batch, max(repeat // 2, 3), root)

@@ -110,7 +110,7 @@ def run(params: dict) -> dict:
     spec = {**SIZES[size], **{k: v for k, v in params.items() if k in SIZES["full"]}}
     device = params.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
     gpu = device == "cuda"
-    dtype = device_info.capabilities().preferred_dtype() if gpu else torch.float32  # fp16 on a T4
+    dtype = device_info.as_dtype(params.get("dtype") or device_info.defaults()["dtype"])  # fp16 on a T4
     results: list[dict] = []
     summary: dict = {"dtype": str(dtype).replace("torch.", "")}
 

@@ -180,7 +180,7 @@ def run(params: dict) -> dict:
     size = params.get("size", "cpu")
     spec = {**SIZES[size], **{k: params[k] for k in ("presets", "prompt_len", "repeat") if k in params}}
     device = params.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = device_info.capabilities().preferred_dtype() if device == "cuda" else torch.float32
+    dtype = device_info.as_dtype(params.get("dtype") or device_info.defaults()["dtype"])
     results, summary = [], {}
     for preset in bench.progress(spec["presets"], desc="presets"):
         model, hf = build(preset, dtype, device)

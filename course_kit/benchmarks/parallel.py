@@ -22,27 +22,27 @@ from typing import Any
 import torch
 
 from .. import bench
+from .. import device as _device
 from ..parallel import comm, launcher, measure, pipeline
 
 MB = 1 << 20
 SIZES: dict[str, dict[str, Any]] = {
     "full": {"allreduce_bytes": [1 << k for k in range(10, 31, 2)],   # 1 KiB .. 1 GiB, 256 MiB included
-             "coll_bytes": 256 * MB, "mlp": [8192, 28672, 4096], "dtype": "bfloat16",
-             "models": ["llama-1b", "llama3-8b"], "prompt_len": 16, "new_tokens": 128,
+             "coll_bytes": 256 * MB, "mlp": [8192, 28672, 4096], "models": ["llama-1b", "llama3-8b"], "prompt_len": 16, "new_tokens": 128,
              "check_tokens": 32, "compile_models": ["llama-1b"],
              "pp": {"hidden": 1024, "n_layers": 8, "batch": 2048},
              "pp_m": [1, 2, 4, 8, 16], "repeat": 20, "cpu_world": 2},
     "small_gpu": {"allreduce_bytes": [1 << k for k in range(10, 29, 2)], "coll_bytes": 64 * MB,
-                  "mlp": [4096, 14336, 2048], "dtype": "float16", "models": ["llama-1b"],
+                  "mlp": [4096, 14336, 2048], "models": ["llama-1b"],
                   "prompt_len": 16, "new_tokens": 64, "check_tokens": 16, "compile_models": [],
                   "pp": {"hidden": 1024, "n_layers": 8, "batch": 1024}, "pp_m": [1, 2, 4, 8],
                   "repeat": 10, "cpu_world": 2},
     "cpu": {"allreduce_bytes": [1 << k for k in range(10, 23, 4)], "coll_bytes": MB,
-            "mlp": [512, 1024, 256], "dtype": "float32", "models": ["tiny"], "prompt_len": 8,
+            "mlp": [512, 1024, 256], "models": ["tiny"], "prompt_len": 8,
             "new_tokens": 16, "check_tokens": 8, "compile_models": [], "pp": {"hidden": 256, "n_layers": 4, "batch": 256},
             "pp_m": [1, 4], "repeat": 5, "cpu_world": 2},
     "smoke": {"allreduce_bytes": [1 << 10, 1 << 16], "coll_bytes": 1 << 16, "mlp": [64, 128, 32],
-              "dtype": "float32", "models": ["tiny"], "prompt_len": 4, "new_tokens": 6,
+              "models": ["tiny"], "prompt_len": 4, "new_tokens": 6,
               "check_tokens": 6, "compile_models": [], "pp": {"hidden": 32, "n_layers": 4, "batch": 32}, "pp_m": [2],
               "repeat": 2, "cpu_world": 2},
 }
@@ -155,9 +155,9 @@ def run(params: dict) -> dict:
     if size not in SIZES:
         raise ValueError(f"size={size!r}; choose one of {list(SIZES)}")
     p = {**SIZES[size], **{k: v for k, v in params.items() if k in SIZES[size]}}
+    # the device's compute dtype (device.defaults), as a name: it crosses into worker processes
+    p["dtype"] = _device.dtype_name(params.get("dtype") or _device.defaults()["dtype"])
     cuda = torch.cuda.is_available()
-    if cuda and p["dtype"] == "bfloat16" and not torch.cuda.is_bf16_supported():
-        p["dtype"] = "float16"
     n_dev = torch.cuda.device_count() if cuda else int(params.get("cpu_world", p["cpu_world"]))
     worlds = [int(w) for w in params.get("worlds", world_sizes(n_dev))]
     backend = "nccl" if cuda else "gloo"

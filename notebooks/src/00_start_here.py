@@ -56,7 +56,7 @@ rows = {name: device.capabilities(cap) for name, cap in machines.items()}
 fig = go.Figure(go.Table(
     header=dict(values=["capability"] + list(rows)),
     cells=dict(values=[flags + ["preferred half dtype"]] + [
-        ["✅" if getattr(c, f) else "—" for f in flags] + [str(c.preferred_dtype()).replace("torch.", "")]
+        ["✅" if getattr(c, f) else "—" for f in flags] + [device.dtype_name(device.compute_dtype(c))]
         for c in rows.values()])))
 fig.update_layout(height=330, margin=dict(t=10, b=10))
 fig
@@ -102,7 +102,7 @@ show_source(roofline.copy_bandwidth)
 
 # %%
 own = bench.run_topic("roofline", {"copy_mib": COPY_MIB, "matmul_n": MATMUL_N, "repeat": REPEAT})
-ref = reference.load("roofline")          # the H200 record, for comparison
+ref = notebook.record("roofline", "h200", quiet=True)   # the reference record, compared with yours
 spec = device.peaks()
 copy_gbs = own["summary"]["copy_gbs"]
 text = f"This machine copies at **{copy_gbs:,.0f} GB/s** (read + write, {COPY_MIB} MiB buffers)."
@@ -174,7 +174,7 @@ def kernels_on(record):
 plots.roofline_from_record(own, kernels_on(own), title=f"Roofline of this machine ({own['environment']['gpu'] or 'CPU'})")
 
 # %%
-ref = notebook.gpu_only("roofline") if not torch.cuda.is_available() else reference.load("roofline")
+ref = notebook.record("roofline")
 if ref:
     fig = plots.roofline_from_record(ref, kernels_on(ref))
 else:

@@ -41,7 +41,7 @@ import math
 import plotly.graph_objects as go
 import torch
 
-from course_kit import dtypes, memory, notebook, reference
+from course_kit import dtypes, memory, notebook
 from course_kit.benchmarks import dtypes as bench_dtypes
 from course_kit.dtypes import ops
 from course_kit.notebook import md, show_source
@@ -360,9 +360,7 @@ own = None
 if RUN_GPU_BENCH:
     from course_kit import bench
     own = bench.run_topic("dtypes", {"size": P["size"]})
-ref = notebook.gpu_only("dtypes")
-if ref is None and own is None:
-    ref = reference.load("dtypes")     # a GPU without a record yet has only its own run
+ref = notebook.record("dtypes")
 series = {}
 if own is not None:
     series[f"yours ({own['environment'].get('gpu')})"] = own["results"]

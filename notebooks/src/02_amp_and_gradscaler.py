@@ -37,7 +37,7 @@ LR = 3e-3 if PRESET in ("smoke", "cpu") else 3e-4
 # %%
 import torch
 
-from course_kit import amp, bench, notebook, reference
+from course_kit import amp, bench, notebook
 from course_kit.models import tiny_gpt
 from course_kit.notebook import md, show_source
 from course_kit.plots import amp as amp_plots
@@ -212,7 +212,7 @@ md(f"On this {DEVICE}: bf16 autocast ran a step in {t['bf16'] * 1e3:.1f} ms agai
 # the reference next to your own run above.
 
 # %%
-ref = notebook.gpu_only("amp") if not torch.cuda.is_available() else reference.load("amp")
+ref = notebook.record("amp")
 if ref is None:
     print("No H200 reference for `amp` recorded yet: run `course-kit bench amp` on a GPU to create it.")
     fig = None

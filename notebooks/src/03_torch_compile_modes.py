@@ -44,7 +44,7 @@ import time
 import torch
 
 from course_kit import compile_modes as cm
-from course_kit import notebook, reference
+from course_kit import notebook
 from course_kit.compile_modes import graphs
 from course_kit.notebook import md, show_source
 from course_kit.plots import compile_modes as cplots
@@ -206,7 +206,7 @@ if torch.cuda.is_available():
 cplots.speedups(own_rows, title="This GPU: small decode step, speed-up over eager") if own_rows else None
 
 # %%
-ref = notebook.gpu_only("compile") if not torch.cuda.is_available() else reference.load("compile")
+ref = notebook.record("compile")
 if ref is None:
     print("No H200 reference for `compile` recorded yet: run `course-kit bench compile` on a GPU to create it.")
 decode_rows = [r for r in ref["results"] if r["name"].startswith("decode") and "steady_s" in r] if ref else []

@@ -41,7 +41,7 @@ RUN_COMPILE = GPU and P["size"] == "full"   # one torch.compile of the whole ste
 # %%
 import torch
 
-from course_kit import bench, cuda_graphs as cg, notebook, reference
+from course_kit import bench, cuda_graphs as cg, notebook
 from course_kit.decode_explain import explain_hbm, explain_reduce_overhead
 from course_kit.models import llama, sampling
 from course_kit.notebook import md, show_source
@@ -50,8 +50,8 @@ from course_kit.plots import cuda_graphs as cplots
 if not GPU:
     torch.set_num_threads(1)  # tiny tensors: one thread avoids contention on a shared CPU
 DTYPE = P["dtype"]   # bf16 on sm_80+, fp16 on a T4 (whose bf16 is emulated), fp32 on a CPU
-REF = reference.load("cuda_graphs")   # the H200 record (None until it has been recorded)
-print(f"model {PRESET} in {DTYPE} on {P['device']}; H200 record: {'yes' if REF else 'not yet'}")
+REF = notebook.record("cuda_graphs", "h200", quiet=True)   # the H200 record, compared with yours
+print(f"model {PRESET} in {device.dtype_name(DTYPE)} on {P['device']}; H200 record: {'yes' if REF else 'not yet'}")
 
 # %% [markdown]
 # ## 1. What a launch costs
@@ -215,7 +215,7 @@ if RUN_COMPILE:
     t_ro = bench.timeit(lambda: step(tok, pos).argmax(-1), warmup=3, repeat=REPEAT)
     md(f"Here, batch 1: reduce-overhead **{t_ro.median_s * 1e3:.3f} ms** per step, the graph runner "
        f"**{by[('graph', 1)]['ms_per_step']:.3f} ms** (unfused).")
-ref = notebook.gpu_only("cuda_graphs") if not GPU else REF
+ref = notebook.record("cuda_graphs")
 if ref:
     s = ref["summary"]
     md(f"Reference H200, batch 1: reduce-overhead delivers **{s['reduce_overhead_vs_runner']:.2f}x** the tokens/s "

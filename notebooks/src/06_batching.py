@@ -31,7 +31,7 @@ GPU = P["device"] == "cuda"
 FULL = P["size"] == "full"                                           # a large GPU
 PRESET = "smollm-135m" if GPU else "tiny"
 # bf16 where the GPU has bf16 tensor cores, fp16 on older ones (a T4), fp32 on a CPU
-DTYPE = str(device.capabilities().preferred_dtype()).replace("torch.", "")
+DTYPE = device.dtype_name(P["dtype"])   # the device's compute dtype, as a name for the text
 N_REQUESTS = 256 if FULL else (64 if GPU else (10 if P["smoke"] else 24))   # offline workload
 PROMPT_LEN = (100, 1024) if GPU else (4, 48)
 OUTPUT_LEN = (100, 1024) if GPU else ((4, 24) if P["smoke"] else (4, 48))
@@ -52,7 +52,7 @@ import httpx
 import numpy as np
 import torch
 
-from course_kit import bench, notebook, plots, reference
+from course_kit import bench, notebook, plots
 from course_kit.benchmarks import batching as batching_bench
 from course_kit.engine import BlockManager, Engine, SamplingParams, Sequence, admit, metrics, trace
 from course_kit.engine import scheduler as sched_mod
@@ -69,7 +69,7 @@ def table(rows: dict, cols: list[str]) -> None:
 if not GPU:
     # the tiny model is far too small to gain from several threads; one thread avoids contention
     torch.set_num_threads(1)
-dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[DTYPE]
+dtype = P["dtype"]
 model = llama.Transformer.from_preset(PRESET, seed=SEED, dtype=dtype, device=P["device"])
 cfg = model.config
 md(f"Model **{PRESET}**: {cfg.n_layers} layers, {cfg.n_heads} query heads and {cfg.n_kv_heads} KV heads of "
@@ -319,9 +319,7 @@ else:
 # `generate_batch` (continuous batching in transformers), in the same run.
 
 # %%
-record = notebook.gpu_only("batching")
-if record is None and GPU:      # this GPU's own record if it has one, else measure it now (minutes)
-    record = reference.load("batching", slug=reference.gpu_slug()) or bench.run_topic("batching", {"size": P["size"]})
+record = notebook.record("batching", live=GPU)   # a GPU without its own record measures it now (minutes)
 if record is None:
     md("No H200 record yet: the figures appear once `course-kit bench batching` has been run on a GPU.")
 else:

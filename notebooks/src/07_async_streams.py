@@ -47,7 +47,7 @@ import os
 
 import torch
 
-from course_kit import bench, notebook, reference, streams
+from course_kit import bench, notebook, streams
 from course_kit.benchmarks import async_engine as async_bench
 from course_kit.engine import Engine, SamplingParams
 from course_kit.engine.async_loop import AsyncEngine
@@ -80,7 +80,7 @@ if ON_GPU:
     conc_tls = {m: conc[m]["timeline"] for m in ("one stream", "one stream each")}
     conc_speedup = conc["speedup"]
 else:
-    rec_streams = notebook.gpu_only("streams")
+    rec_streams = notebook.record("streams")
     conc_tls = ({m: rec_streams["timelines"][f"spin: {m}"] for m in ("one stream", "one stream each")}
                 if rec_streams else None)
     conc_speedup = rec_streams["summary"]["spin_concurrency_speedup"] if rec_streams else None
@@ -157,7 +157,7 @@ def race_table(result):
 if ON_GPU:
     wait = gpu.missing_wait_demo()
 else:
-    rec_streams = notebook.gpu_only("streams")
+    rec_streams = notebook.record("streams")
     wait = None
     if rec_streams:
         rows = {r["name"]: r for r in rec_streams["results"]}
@@ -365,7 +365,7 @@ splots.idle_and_throughput(own["results"], x="batch", group="model",
                            title=f"This machine ({own['environment'].get('gpu') or 'CPU'})")
 
 # %%
-ref_async = reference.load("async")
+ref_async = notebook.record("async", quiet=True)
 if ref_async is None:
     notebook.banner("No H200 record of <code>course-kit bench async</code> yet; it will appear here once recorded.",
                     "warning")

@@ -46,14 +46,14 @@ import plotly.graph_objects as go
 import torch
 import torch.nn.functional as F
 
-from course_kit import attention, bench, notebook, reference
+from course_kit import attention, bench, notebook
 from course_kit.attention import naive, online_softmax, sdpa_backends, tiled, triton_flash, triton_softmax
 from course_kit.benchmarks import attention as attention_bench
 from course_kit.notebook import md, show_source
 from course_kit.plots import attention as aplots
 
 # half precision where the GPU has tensor cores for it; float32 on a CPU (fast there, and exact enough)
-DTYPE = P["dtype"] if DEVICE == "cuda" else torch.float32
+DTYPE = P["dtype"]   # the device's compute dtype: bf16, fp16 on a T4, fp32 on a CPU
 torch.manual_seed(SEED)
 print(f"device={DEVICE}, dtype={DTYPE}, Triton interpreter: {triton_flash.interpreting()}")
 
@@ -355,7 +355,7 @@ md(f"All variants passed the float64 check: **{own['summary']['checks_passed']}*
 # sweep of S from 1k to 16k and head dim 64. On a CPU this section shows the recorded reference.
 
 # %%
-ref = notebook.gpu_only("attention") if DEVICE == "cpu" else reference.load("attention")
+ref = notebook.record("attention")
 if ref:
     fig = aplots.time_memory_figure(ref["results"], head_dim=128, title=f"Reference: {ref['environment'].get('gpu')}")
 else:
@@ -374,7 +374,7 @@ if ref:
         parts.append(f"**{s['triton_over_cudnn']:.2f}x** the cuDNN backend")
     md(", ".join(parts) + f". Every variant passed the float64 check: **{s.get('checks_passed')}**.")
     display_fig = aplots.tflops_figure(ref["results"], s["acceptance_shape"],
-                                       peak_tflops=(reference.load("roofline") or {}).get("summary", {})
+                                       peak_tflops=(notebook.record("roofline", quiet=True) or {}).get("summary", {})
                                        .get("matmul_tflops", {}).get("bf16"),
                                        title="Reference: achieved TFLOP/s at the acceptance shape")
 else:
@@ -401,7 +401,7 @@ else:
 
 # %%
 record = own if DEVICE == "cuda" else ref
-roof = reference.load("roofline", reference.gpu_slug()) if DEVICE == "cuda" else reference.load("roofline")
+roof = notebook.record("roofline", quiet=True)
 fig = None
 if record:
     fig = aplots.attention_roofline(record["results"], record["summary"]["acceptance_shape"], roof,

@@ -43,7 +43,7 @@ PP_MICRO = [1, 2, 4, 8] if not P["smoke"] else [1, 4]                 # micro-ba
 # %%
 import torch
 
-from course_kit import bench, grading, notebook, reference
+from course_kit import bench, grading, notebook
 from course_kit.benchmarks import parallel as bench_parallel
 from course_kit.notebook import md, show_source
 from course_kit.parallel import comm, context, data, expert, launcher, pipeline, tensor, tp_llama
@@ -111,8 +111,8 @@ show_source(comm.collective_time)
 
 # %%
 own = bench.run_topic("parallel", {"size": BENCH_SIZE, "models": BENCH_MODELS, "pp_m": PP_MICRO})
-ref2 = reference.load("parallel", "h200x2")
-scaling = {slug: reference.load("parallel", slug) for slug in ("h200x4", "h200x8")}
+ref2 = notebook.record("parallel", "h200x2", quiet=True)
+scaling = {slug: notebook.record("parallel", slug, quiet=True) for slug in ("h200x4", "h200x8")}
 scaling = {k: v for k, v in scaling.items() if v is not None}
 own_label = f"this machine ({own['environment']['gpu'] or 'CPU'}, {own['summary']['backend']})"
 {k: v for k, v in own["summary"].items() if not k.startswith("decode_tokens_per_s")}
@@ -277,7 +277,8 @@ table = speed_rows(own, own_label) + (speed_rows(ref2, "2x H200 (reference)") if
 table
 
 # %%
-notebook.gpu_only("parallel", slug="h200x2")     # on a CPU: the banner naming the recorded run
+if P["device"] == "cpu":
+    notebook.record("parallel", "h200x2")     # on a CPU: the banner naming the recorded run
 src = ref2 if ref2 is not None else (own if P["device"] == "cuda" else None)
 if src is None or 2 not in src["summary"]["world_sizes"]:
     md("No two-GPU record is available here, so there is no GPU speed-up to show; the table above "

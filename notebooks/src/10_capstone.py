@@ -34,7 +34,7 @@ SIZE = P["size"]
 import plotly.graph_objects as go
 import torch
 
-from course_kit import bench, notebook, reference
+from course_kit import bench, notebook
 from course_kit.benchmarks import capstone
 from course_kit.notebook import md, show_source
 from course_kit.plots import streams as splots
@@ -112,7 +112,7 @@ md(text)
 # ## 3. The recorded H200 comparison
 
 # %%
-ref = notebook.gpu_only("capstone") if not ON_GPU else reference.load("capstone")
+ref = notebook.record("capstone")
 if ref:
     ref_rows = [r for r in ref["results"] if "throughput_tok_s" in r]
     fig = table(ref_rows, f"Reference: {ref['environment'].get('gpu', 'H200')}, {ref['params']['preset']} "
