@@ -1,4 +1,4 @@
-"""Notebook 01's widgets in a real JupyterLab, driven by headless Chromium through Playwright.
+"""Notebook 01's widgets in a real JupyterLab, driven by headless Chromium through Playwright (tests/browser_support.py).
 
 Starts JupyterLab from the project's environment on a free localhost port with a token, opens a
 copy of notebooks/01_dtypes_and_overflow.ipynb (so the committed notebook is never autosaved with
@@ -11,169 +11,14 @@ browser; skipped when it or Playwright is absent.
 """
 from __future__ import annotations
 
-import json
-import os
-import secrets
-import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from pathlib import Path
-
 import pytest
+
+from browser_support import ARTIFACTS, figure_state as _figure_state, notebook_page, settle as _settle, \
+    wait_for as _wait_for
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOK = ROOT / "notebooks" / "01_dtypes_and_overflow.ipynb"
-ARTIFACTS = ROOT / "artifacts" / "browser"
-CHROMIUM = os.environ.get("COURSE_KIT_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-RUN_ALL_TIMEOUT_S = 150
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _jupyter() -> list[str]:
-    venv = ROOT / ".venv" / "bin" / "jupyter"
-    return [str(venv)] if venv.exists() else [sys.executable, "-m", "jupyter"]
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
-    pytest.importorskip("playwright.sync_api", reason="needs the playwright Python package")
-    work = tmp_path_factory.mktemp("lab")
-    shutil.copy(NOTEBOOK, work / NOTEBOOK.name)
-    # no "get Jupyter news?" pop-up over the screenshots
-    settings = work / ".settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    port, token = _free_port(), secrets.token_hex(16)
-    env = {**os.environ, "COURSE_KIT_SMOKE": "1", "JUPYTER_CONFIG_DIR": str(work / ".config"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(work / ".workspaces")}
-    log = open(work / "lab.log", "w")
-    proc = subprocess.Popen(
-        _jupyter() + ["lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-                      f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}",
-                      "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None",
-                      f"--LabApp.user_settings_dir={work / '.settings'}",
-                      "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
-        + (["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),
-        cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                log.flush()
-                pytest.fail("JupyterLab did not start:\n" + (work / "lab.log").read_text()[-3000:])
-            time.sleep(0.5)
-        yield {"base": base, "token": token, "work": work}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-
-
-@pytest.fixture(scope="module")
-def page(lab):
-    from playwright.sync_api import sync_playwright
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
-        pg.set_default_timeout(30_000)
-        url = f"{lab['base']}/lab/tree/{NOTEBOOK.name}?token={lab['token']}&reset"
-        pg.goto(url)
-        pg.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-        # a kernel must be attached and idle before "run all"
-        pg.wait_for_function(
-            "() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
-            " const k = w && w.sessionContext && w.sessionContext.session &&"
-            " w.sessionContext.session.kernel; return k && k.status === 'idle'; }",
-            timeout=90_000)
-        pg.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
-        _wait_all_cells_ran(pg)
-        yield pg
-        browser.close()
-
-
-def _wait_all_cells_ran(pg) -> None:
-    """Every code cell has an execution count and none raised."""
-    deadline = time.time() + RUN_ALL_TIMEOUT_S
-    state = {}
-    while time.time() < deadline:
-        state = pg.evaluate(
-            "() => { const nb = window.jupyterapp.shell.currentWidget.content;"
-            " const cells = nb.widgets.filter(c => c.model.type === 'code');"
-            " const counts = cells.map(c => c.model.executionCount);"
-            " const errors = cells.filter(c => c.model.outputs.toJSON()"
-            "   .some(o => o.output_type === 'error')).map(c => c.model.sharedModel.getSource().slice(0, 80));"
-            " const idle = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle';"
-            " return {n: cells.length, done: counts.filter(x => x !== null).length, errors, idle}; }")
-        if state["errors"]:
-            pytest.fail(f"cells raised in JupyterLab: {state['errors']}")
-        if state["done"] == state["n"] and state["idle"]:
-            return
-        time.sleep(1.0)
-    pg.screenshot(path=str(ARTIFACTS / "nb01_timeout.png"), full_page=True)
-    pytest.fail(f"not all cells ran within {RUN_ALL_TIMEOUT_S} s: {json.dumps(state)}")
-
-
-def _figure_state(pg, root: str) -> dict:
-    """What the plotly figure in a widget shows: its trace data and its title/annotation texts."""
-    return pg.evaluate(
-        "(root) => { const g = document.querySelector(root + ' .js-plotly-plot');"
-        " if (!g || !g.data) return null;"
-        " return {data: JSON.stringify(g.data.map(t => [t.name, t.x, t.y, t.text])),"
-        "  texts: Array.from(g.querySelectorAll('.annotation-text, .gtitle')).map(e => e.textContent)}; }",
-        root)
-
-
-def _wait_for(fn, pred, what: str, timeout_s: float = 45.0):
-    """Poll fn() until pred(value) holds; fail naming what was expected and the last value."""
-    deadline = time.time() + timeout_s
-    now = fn()
-    while time.time() < deadline:
-        now = fn()
-        if now is not None and pred(now):
-            return now
-        time.sleep(0.25)
-    raise AssertionError(f"{what} (after {timeout_s} s, last seen: {str(now)[:400]})")
-
-
-def _settle(pg, fn, quiet_s: float = 1.5, timeout_s: float = 45.0):
-    """Wait until the kernel is idle and fn() has not changed for quiet_s (updates drained)."""
-    deadline = time.time() + timeout_s
-    last, since = fn(), time.time()
-    while time.time() < deadline:
-        time.sleep(0.25)
-        now = fn()
-        idle = pg.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext"
-                           ".session.kernel.status === 'idle'")
-        if now != last or not idle:
-            last, since = now, time.time()
-        elif time.time() - since >= quiet_s:
-            return now
-    return last
+page = notebook_page("01_dtypes_and_overflow.ipynb")
 
 
 EXPLORER = ".ck-overflow-explorer"
