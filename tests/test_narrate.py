@@ -1,0 +1,42 @@
+"""The shared wording of "what just happened": each phrase in both directions and at its edges."""
+import pytest
+
+from course_kit import narrate
+
+
+def test_speed_follows_the_sign_of_the_effect():
+    assert narrate.speed(1.0, 1.53) == "1.53x faster than"
+    assert narrate.speed(1.15, 1.0) == "1.15x slower than"      # the "0.87x: fusion helps" trap
+    assert narrate.speed(1.0, 1.02).startswith("about as fast as")
+    assert narrate.speed(1.0, 1.031) == "1.03x faster than"   # just past the noise band
+
+
+def test_rate_is_higher_is_better():
+    assert narrate.rate(200.0, 100.0) == "2.00x faster than"
+    assert narrate.rate(95.0, 100.0).startswith("about as fast as")
+    assert narrate.rate(50.0, 100.0) == "2.00x slower than"
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+def test_comparisons_refuse_meaningless_numbers(bad):
+    with pytest.raises(ValueError, match="finite positive"):
+        narrate.speed(bad, 1.0)
+
+
+def test_more_or_less_and_above_or_below():
+    assert narrate.more_or_less(3.0, 1.0, "GiB") == "2 GiB more than"
+    assert narrate.more_or_less(1.0, 3.0, "GiB") == "2 GiB less than"
+    assert narrate.more_or_less(1.0, 1.01) == "about the same as"
+    assert narrate.more_or_less(0.0, 0.0) == "about the same as"
+    assert narrate.above_or_below(0.293, 0.059) == "above"
+    assert narrate.above_or_below(0.05, 0.059) == "below"
+    assert narrate.above_or_below(0.059, 0.059) == "at"
+
+
+def test_fits_uses_one_unit_and_both_outcomes():
+    have = 139.8 * 2**30
+    assert narrate.fits(12 * 2**30, have) == "fits (12.0 of 139.8 GiB)"
+    assert narrate.fits(148.7 * 2**30, have) == "does not fit (148.7 GiB needed, 139.8 GiB available)"
+    assert narrate.fits(have, have).startswith("fits")             # the edge: exactly full fits
+    with pytest.raises(ValueError):
+        narrate.fits(1.0, 0.0)
