@@ -3,9 +3,9 @@ import pytest
 import torch
 
 from course_kit.engine import Engine, SamplingParams
-from course_kit.engine.paged_attention import EngineBatch, engine_attention, paged_decode_triton, _gather_decode
+from course_kit.attention.engine_step import EngineBatch, engine_attention, gather_decode
+from course_kit.attention.paged import paged_attention_reference
 from course_kit.models import llama
-from course_kit.models.kv_cache import paged_attention_reference
 
 PROMPT_LENS = [5, 17, 33, 9, 40, 3, 26, 12]
 NEW_TOKENS = [8, 20, 5, 30, 12, 16, 3, 24]
@@ -157,19 +157,21 @@ def test_triton_paged_decode_matches_pytorch(splits):
     # splits > 1: each context is cut into slices whose partial softmaxes are merged (flash-
     # decoding); 3 slices of 16-token tiles leave some slices of the short context empty
     pytest.importorskip("triton")
+    from course_kit.attention.paged_triton import paged_decode_triton
     cfg = llama.ModelConfig.from_preset("tiny")
     q, kc, vc, batch = _mixed_batch(cfg)
     dev = "cuda" if torch.cuda.is_available() else "cpu"   # CPU: Triton's interpreter (conftest)
     tables, ctx = batch.block_tables[:2], batch.context_lens[:2]
     got = paged_decode_triton(q[:2].to(dev), kc.to(dev), vc.to(dev), tables.to(dev), ctx.to(dev), 0.3,
                               block_n=16, splits=splits)
-    want = _gather_decode(q[:2], kc, vc, tables, batch.positions[:2], 0.3)
+    want = gather_decode(q[:2], kc, vc, tables, batch.positions[:2], 0.3)
     torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("splits", [2, 3, 5])
 def test_triton_split_decode_merges_long_contexts(splits):
     pytest.importorskip("triton")
+    from course_kit.attention.paged_triton import paged_decode_triton
     torch.manual_seed(1)
     bs, nb, n_kv, G, D = 4, 48, 2, 3, 16
     kc, vc = torch.randn(nb, bs, n_kv, D), torch.randn(nb, bs, n_kv, D)
@@ -183,12 +185,13 @@ def test_triton_split_decode_merges_long_contexts(splits):
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     got = paged_decode_triton(q.to(dev), kc.to(dev), vc.to(dev), tables.to(dev), ctx.to(dev), 0.25,
                               block_n=16, splits=splits)
-    want = _gather_decode(q, kc, vc, tables, (ctx - 1).long(), 0.25)
+    want = gather_decode(q, kc, vc, tables, (ctx - 1).long(), 0.25)
     torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
 
 
 def test_decode_splits_fill_the_gpu_and_depend_on_shapes_only():
-    from course_kit.engine.paged_attention import decode_splits
+    pytest.importorskip("triton")
+    from course_kit.attention.paged_triton import decode_splits
     assert decode_splits(64, 3, 2048) == 3        # 192 programs -> about 4 per SM of 132
     assert decode_splits(1, 3, 2048) == 16        # capped
     assert decode_splits(1, 3, 100) == 2          # no more slices than 64-token tiles
@@ -239,7 +242,8 @@ def _tiles_for(qs: list[int], tile_m: int, extra: int = 0):
 
 def test_triton_varlen_matches_reference():
     pytest.importorskip("triton")
-    from course_kit.engine.paged_attention import TILE_M, paged_varlen_triton
+    from course_kit.attention.engine_step import TILE_M
+    from course_kit.attention.paged_triton import paged_varlen_triton
     cfg = llama.ModelConfig.from_preset("tiny")
     q, kc, vc, batch = _mixed_batch(cfg)
     # a long prefill chunk too, so that one sequence spans several query tiles
@@ -352,7 +356,7 @@ def test_bench_wide_slot_workload_layouts():
     import dataclasses
 
     from course_kit.engine import trace
-    from course_kit.engine.paged_attention import TILE_M
+    from course_kit.attention.engine_step import TILE_M
     cfg = dataclasses.replace(llama.ModelConfig.from_preset("tiny"), max_seq_len=2048)
     engine = Engine(llama.Transformer.from_config(cfg), policy="continuous", max_num_seqs=256, block_size=16,
                     max_num_batched_tokens=2048, varlen=True)

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from course_kit.models import llama
-from course_kit.models.kv_cache import PagedBatch, PagedKVCache, paged_attention_gather, paged_attention_reference
+from course_kit.attention.paged import paged_attention_gather, paged_attention_reference
+from course_kit.models.kv_cache import PagedBatch, PagedKVCache
 
 SCALED = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=32)
 

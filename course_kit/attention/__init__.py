@@ -1,23 +1,49 @@
-"""Attention, from the textbook formula to a Triton flash-attention kernel (notebook 08).
+"""Attention: every way the course computes it, from the textbook formula to Triton kernels.
 
-naive            softmax(QK^T)V with the S x S matrix in memory; peak_memory()
-online_softmax   the running-max / rescaled-sum recurrence, for one row and blockwise
-tiled            the flash-attention forward in pure PyTorch (loops over blocks)
-triton_flash     the same algorithm as a Triton kernel (forward; causal, GQA, fp16/bf16)
-sdpa_backends    PyTorch's scaled_dot_product_attention backends and which GPUs have which
+Notebook 08 builds it up; the course model (models/llama.py) and the engine (engine/, notebook 06)
+import it from here and are handed kernels only through `model.set_attention(decode=..., paged=...)`.
 
-Without CUDA, Triton kernels run through Triton's CPU interpreter. The switch is an environment
-variable read when a kernel is defined, so it is set here, before anything imports triton_flash.
+The idea, in PyTorch (notebook 08):
+    naive            softmax(QK^T)V with the S x S matrix in memory; peak_memory()
+    online_softmax   the running-max / rescaled-sum recurrence: one row, blockwise, and
+                     `online_softmax_update`, the one PyTorch fold (tiled, ring attention)
+    tiled            the flash-attention forward in pure PyTorch (loops over blocks)
+    sdpa_backends    PyTorch's scaled_dot_product_attention backends and which GPUs have which
+What the course model runs (PyTorch):
+    gqa              grouped-query attention: causal SDPA, one-query decode over a contiguous cache
+    paged            PagedBatch, and attention over a paged KV cache (reference and gathered)
+    engine_step      the engine's step: decodes and prefill chunks (EngineBatch, engine_attention)
+    registry         kernels by name for set_attention; register_attention
+Triton kernels (imported on demand; without CUDA they run through Triton's CPU interpreter):
+    triton_softmax   the one Triton online-softmax fold (`online_softmax_fold`) and `mma`
+    triton_flash     the flash-attention forward (causal, GQA, fp16/bf16, TMA, autotuned)
+    triton_flash_bwd its backward pass and an autograd wrapper
+    paged_triton     paged decode (flash-decoding) and varlen kernels over a block table
+Ring attention over several GPUs is parallel/context.py; it folds with `online_softmax_update`.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
-import sys
 
 import torch
 
-if not torch.cuda.is_available() and "triton_flash" not in str(list(sys.modules)):
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+def use_triton_interpreter_without_cuda() -> None:
+    """Without CUDA, run Triton kernels on CPU tensors through Triton's interpreter.
+
+    Triton reads TRITON_INTERPRET when a kernel is *defined*, so every module here that defines
+    kernels calls this first. Nothing else does: importing the course model or the engine, which
+    need no Triton on a CPU, leaves the environment alone. An explicit setting is kept.
+    """
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def triton_installed() -> bool:
+    """Whether triton can be imported (without importing it)."""
+    return importlib.util.find_spec("triton") is not None
+
 
 from .naive import attention_flops, naive_attention, peak_memory, reference_attention  # noqa: E402
 from .online_softmax import blockwise_softmax, online_softmax_row, online_softmax_update  # noqa: E402
@@ -25,23 +51,23 @@ from .tiled import tiled_attention, tiled_block_step  # noqa: E402
 
 __all__ = ["attention_flops", "naive_attention", "peak_memory", "reference_attention",
            "blockwise_softmax", "online_softmax_row", "online_softmax_update",
-           "tiled_attention", "tiled_block_step", "flash_attention", "triton_available"]
+           "tiled_attention", "tiled_block_step", "flash_attention", "triton_available",
+           "triton_installed", "use_triton_interpreter_without_cuda"]
 
 
 def triton_available() -> tuple[bool, str]:
     """Whether the Triton kernel can run here (GPU, or CPU through the interpreter), and why not."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
+    if not triton_installed():
         return False, "triton is not installed (pip install triton; Linux x86-64 only)"
     from . import triton_flash
     if not torch.cuda.is_available() and not triton_flash.interpreting():
-        return False, "no CUDA and triton was imported before TRITON_INTERPRET=1 was set"
+        return False, "no CUDA and TRITON_INTERPRET is set to off, so Triton cannot run its CPU interpreter"
     return True, "ok"
 
 
 def __getattr__(name: str):
-    # imported lazily so that the rest of the package works where triton is not installed
+    # imported lazily so that the rest of the package works where triton is not installed, and
+    # so that the interpreter is switched on only when a kernel is asked for
     if name == "flash_attention":
         from .triton_flash import flash_attention
         return flash_attention

@@ -9,7 +9,8 @@ x_1..x_t, the running max m_t and the running sum l_t = sum_{j<=t} exp(x_j - m_t
     l_new = l_t * exp(m_t - m_new) + sum(exp(x' - m_new))
 
 The factor exp(m_t - m_new) <= 1 rescales the old sum to the new max. At the end, l is the
-denominator. Flash attention applies the same rescaling to its running output P V.
+denominator. Flash attention applies the same rescaling to its running output P V
+(`online_softmax_update` with acc and values: the one PyTorch fold of the course).
 """
 from __future__ import annotations
 
@@ -35,17 +36,28 @@ def online_softmax_row(x: list[float] | torch.Tensor) -> tuple[torch.Tensor, lis
     return probs, history
 
 
-def online_softmax_update(m: torch.Tensor, l: torch.Tensor, x_block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def online_softmax_update(m: torch.Tensor, l: torch.Tensor, x_block: torch.Tensor,
+                          acc: torch.Tensor | None = None, v_block: torch.Tensor | None = None
+                          ) -> tuple[torch.Tensor, ...]:
     """One step of the recurrence for a block of new scores along the last dim.
 
     m, l: running max and running sum, shape [...] (m = -inf and l = 0 before the first block).
-    x_block: the new scores, shape [..., n]. Returns the updated (m, l).
+    x_block: the new scores, shape [..., n]; -inf marks a masked score. Returns the updated (m, l).
+
+    Flash attention also carries acc = sum P V, the unnormalised output [..., D]: pass it with the
+    block's values v_block [..., n, D] and get (m, l, acc) back, acc rescaled by the same factor as
+    l. Every PyTorch attention in the course folds its blocks through here (tiled.py, and ring
+    attention in parallel/context.py); the Triton kernels share triton_softmax.online_softmax_fold.
     """
     m_new = torch.maximum(m, x_block.amax(dim=-1))
     # where m_new is still -inf (a fully masked block so far), keep the rescale at 0 rather than NaN
     safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
-    l_new = l * torch.exp(m - safe) + torch.exp(x_block - safe.unsqueeze(-1)).sum(dim=-1)
-    return m_new, l_new
+    alpha = torch.exp(m - safe)                                  # rescales what was summed so far
+    p = torch.exp(x_block - safe.unsqueeze(-1))
+    l_new = l * alpha + p.sum(dim=-1)
+    if acc is None:
+        return m_new, l_new
+    return m_new, l_new, acc * alpha.unsqueeze(-1) + p @ v_block
 
 
 def blockwise_softmax(x: torch.Tensor, block: int) -> torch.Tensor:

@@ -21,6 +21,7 @@ import math
 import torch
 
 from .naive import _check_shapes, expand_kv
+from .online_softmax import online_softmax_update
 
 
 def tiled_block_step(q_blk: torch.Tensor, k_blk: torch.Tensor, v_blk: torch.Tensor, m: torch.Tensor,
@@ -34,14 +35,8 @@ def tiled_block_step(q_blk: torch.Tensor, k_blk: torch.Tensor, v_blk: torch.Tens
     s = (q_blk.to(acc.dtype) @ k_blk.to(acc.dtype).transpose(-2, -1)) * scale
     if mask is not None:
         s = s.masked_fill(~mask, float("-inf"))
-    m_new = torch.maximum(m, s.amax(dim=-1))
-    # a row whose keys so far are all masked has m_new = -inf; use 0 there so exp() gives 0, not NaN
-    m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
-    alpha = torch.exp(m - m_safe)
-    p = torch.exp(s - m_safe.unsqueeze(-1))
-    l_new = l * alpha + p.sum(dim=-1)
-    acc_new = acc * alpha.unsqueeze(-1) + p @ v_blk.to(acc.dtype)
-    return m_new, l_new, acc_new
+    # a row whose keys so far are all masked keeps m = -inf; the fold gives it 0, not NaN
+    return online_softmax_update(m, l, s, acc, v_blk.to(acc.dtype))
 
 
 def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,

@@ -12,28 +12,27 @@ into the scale, causal work split into unmasked and masked (diagonal) phases, he
 scheduled first, float32 accumulators with bf16/fp16 tensor-core inputs, TMA tensor descriptors
 where the GPU and Triton have them, and a short autotune list keyed on the shape.
 
-On a machine without CUDA, `course_kit.attention` sets TRITON_INTERPRET=1 before triton is first
-imported, and the same kernel runs on CPU tensors through Triton's interpreter (slowly: use small
+On a machine without CUDA, importing this module sets TRITON_INTERPRET=1 before its kernels are
+defined, and the same kernel runs on CPU tensors through Triton's interpreter (slowly: use small
 shapes).
 """
 from __future__ import annotations
 
 import math
-import os
 
 import torch
-import triton
-import triton.language as tl
 
-LOG2E = 1.4426950408889634  # exp(x) == exp2(x * log2(e)); exp2 is a single fast instruction (MUFU.EX2)
+from . import use_triton_interpreter_without_cuda
+
+use_triton_interpreter_without_cuda()   # before the first @triton.jit below
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from .triton_softmax import LOG2E, interpreting, mma, online_softmax_fold  # noqa: E402,F401
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
 LOADERS = ("auto", "pointer", "descriptor")
-
-
-def interpreting() -> bool:
-    """True when Triton runs kernels through its CPU interpreter (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
 
 
 # Device-side TMA descriptors arrived with Triton 3.3/3.4; older Tritons (Colab) use plain pointers.
@@ -56,29 +55,16 @@ else:
 
 
 @triton.jit
-def _mma(a, b, acc, DOT_F32: tl.constexpr):
-    """acc + a @ b with float32 accumulation on the tensor cores.
-
-    DOT_F32 is only set under the interpreter, whose bf16 dot is wrong (it multiplies the raw
-    16-bit patterns): there the already-rounded operands are widened to float32 first, which gives
-    the same products the tensor cores compute.
-    """
-    if DOT_F32:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-    else:
-        return tl.dot(a, b, acc)
-
-
-@triton.jit
-def _attend_blocks(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, lo, hi, offs_m, offs_d,
-                   stride_ks, stride_vs, seq_k, qk_scale,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                   USE_DESC: tl.constexpr, DOT_F32: tl.constexpr):
+def _flash_attend_blocks(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, lo, hi, offs_m, offs_d,
+                         stride_ks, stride_vs, seq_k, qk_scale,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+                         CAUSAL: tl.constexpr, USE_DESC: tl.constexpr, DOT_F32: tl.constexpr):
     """Fold key blocks [lo, hi) into the running (acc, l_i, m_i) of one query block.
 
     MASKED=False is the hot loop: every key in range is valid for every query, so no comparisons
     and no bounds checks are spent. MASKED=True handles the few blocks that straddle the causal
-    diagonal or the ragged end of the sequence.
+    diagonal or the ragged end of the sequence. The softmax itself is `online_softmax_fold`
+    (triton_softmax.py), shared with the engine's paged kernels.
     """
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
@@ -99,7 +85,7 @@ def _attend_blocks(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, lo, hi, off
                 k = tl.load(k_ptrs)
                 v = tl.load(v_ptrs)
         # -- scores, in float32 on the tensor cores ---------------------------------------------
-        qk = _mma(q, tl.trans(k), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), DOT_F32)
+        qk = mma(q, tl.trans(k), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), DOT_F32)
         # -- online softmax in base 2: qk_scale already holds softmax_scale * log2(e) -----------
         if MASKED:
             keep = (start_n + offs_n)[None, :] < seq_k
@@ -107,19 +93,9 @@ def _attend_blocks(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, lo, hi, off
                 keep = keep & ((start_n + offs_n)[None, :] <= offs_m[:, None])
             # -inf never meets -inf here: the first masked block holds key 0, which every row may
             # see, or an unmasked block already ran, so m_i is finite before any all-masked row.
-            qk = tl.where(keep, qk * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            qk = qk - m_new[:, None]
+            acc, l_i, m_i = online_softmax_fold(acc, l_i, m_i, qk, keep, v, qk_scale, True, DOT_F32)
         else:
-            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            qk = qk * qk_scale - m_new[:, None]          # one fused multiply-add per score
-        p = tl.math.exp2(qk)
-        alpha = tl.math.exp2(m_i - m_new)                # rescale of what was summed so far (<= 1)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        # -- running output: acc = acc * alpha + P V, P rounded to the input dtype for the MMA --
-        acc = acc * alpha[:, None]
-        acc = _mma(p.to(v.dtype), v, acc, DOT_F32)
-        m_i = m_new
+            acc, l_i, m_i = online_softmax_fold(acc, l_i, m_i, qk, None, v, qk_scale, False, DOT_F32)
     return acc, l_i, m_i
 
 
@@ -183,17 +159,17 @@ def _flash_fwd_kernel(Q, K, V, O, LSE,
         full_end = seq_k
     full_end = (full_end // BLOCK_N) * BLOCK_N          # whole blocks only; the rest is masked
 
-    acc, l_i, m_i = _attend_blocks(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, 0, full_end,
-                                   offs_m, offs_d, stride_ks, stride_vs, seq_k, qk_scale,
-                                   BLOCK_M, BLOCK_N, False, CAUSAL, USE_DESC, DOT_F32)
-    acc, l_i, m_i = _attend_blocks(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, full_end, kv_end,
-                                   offs_m, offs_d, stride_ks, stride_vs, seq_k, qk_scale,
-                                   BLOCK_M, BLOCK_N, True, CAUSAL, USE_DESC, DOT_F32)
+    acc, l_i, m_i = _flash_attend_blocks(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, 0, full_end,
+                                         offs_m, offs_d, stride_ks, stride_vs, seq_k, qk_scale,
+                                         BLOCK_M, BLOCK_N, False, CAUSAL, USE_DESC, DOT_F32)
+    acc, l_i, m_i = _flash_attend_blocks(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, full_end, kv_end,
+                                         offs_m, offs_d, stride_ks, stride_vs, seq_k, qk_scale,
+                                         BLOCK_M, BLOCK_N, True, CAUSAL, USE_DESC, DOT_F32)
 
     # -- epilogue: normalise once, store the rows that exist -----------------------------------
     acc = acc / l_i[:, None]
     # log-sum-exp of the scaled scores in natural log, what a backward pass recomputes P from
-    lse = (m_i + tl.math.log2(l_i)) / 1.4426950408889634
+    lse = (m_i + tl.math.log2(l_i)) / LOG2E
     tl.store(LSE + off_bh.to(tl.int64) * seq_q + offs_m, lse, mask=offs_m < seq_q)
     tl.store(o_base + offs_m[:, None] * stride_os + offs_d[None, :], acc.to(O.dtype.element_ty),
              mask=offs_m[:, None] < seq_q)
@@ -279,8 +255,8 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     if q.shape[2] == 0 or k.shape[2] == 0:
         raise ValueError(f"sequence lengths must be >= 1; got q {q.shape[2]}, k {k.shape[2]}")
     if not q.is_cuda and not interpreting():
-        raise ValueError("CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 before importing triton "
-                         "(importing course_kit.attention does this when there is no CUDA)")
+        raise ValueError("CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 before the kernels are "
+                         "defined (importing course_kit.attention.triton_flash does this when there is no CUDA)")
     if q.is_cuda and q.dtype == torch.bfloat16 and torch.cuda.get_device_capability(q.device) < (8, 0):
         raise ValueError("bfloat16 tensor cores need sm_80 or newer; use torch.float16 on this GPU")
 

@@ -19,23 +19,29 @@ from __future__ import annotations
 import math
 
 import torch
-import triton
-import triton.language as tl
 
-from .triton_flash import LOG2E, _mma, flash_attention, interpreting
+from . import use_triton_interpreter_without_cuda
+
+use_triton_interpreter_without_cuda()   # before the first @triton.jit below
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from .triton_flash import flash_attention  # noqa: E402
+from .triton_softmax import LOG2E, interpreting, mma  # noqa: E402
 
 
 @triton.jit
 def _p_and_ds(q, k, v, do, lse2, delta, offs_m, offs_n, seq_q, seq_k, qk_scale,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, DOT_F32: tl.constexpr):
     """P and dS for one [BLOCK_M queries x BLOCK_N keys] tile, zero outside the valid region."""
-    qk = _mma(q, tl.trans(k), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), DOT_F32)
+    qk = mma(q, tl.trans(k), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), DOT_F32)
     valid = (offs_m[:, None] < seq_q) & (offs_n[None, :] < seq_k)
     if CAUSAL:
         valid = valid & (offs_n[None, :] <= offs_m[:, None])
     # base-2 exponent, as in the forward: lse2 = L * log2(e)
     p = tl.where(valid, tl.math.exp2(qk * qk_scale - lse2[:, None]), 0.0)
-    dp = _mma(do, tl.trans(v), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), DOT_F32)
+    dp = mma(do, tl.trans(v), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), DOT_F32)
     ds = p * (dp - delta[:, None])
     return p, ds
 
@@ -74,8 +80,8 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,
             delta = tl.load(DELTA + row_off + offs_m, mask=offs_m < seq_q, other=0.0)
             p, ds = _p_and_ds(q, k, v, do, lse2, delta, offs_m, offs_n, seq_q, seq_k, qk_scale,
                               BLOCK_M, BLOCK_N, CAUSAL, DOT_F32)
-            dv = _mma(tl.trans(p.to(do.dtype)), do, dv, DOT_F32)
-            dk = _mma(tl.trans(ds.to(q.dtype)), q, dk, DOT_F32)
+            dv = mma(tl.trans(p.to(do.dtype)), do, dv, DOT_F32)
+            dk = mma(tl.trans(ds.to(q.dtype)), q, dk, DOT_F32)
     out = kv_off + kv_rows   # dK, dV are contiguous like K, V (the wrapper makes sure)
     tl.store(DK + out, (dk * scale).to(DK.dtype.element_ty), mask=offs_n[:, None] < seq_k)
     tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=offs_n[:, None] < seq_k)
@@ -111,7 +117,7 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ,
         v = tl.load(V + kv_off + kv_rows, mask=offs_n[:, None] < seq_k, other=0.0)
         p, ds = _p_and_ds(q, k, v, do, lse2, delta, offs_m, offs_n, seq_q, seq_k, qk_scale,
                           BLOCK_M, BLOCK_N, CAUSAL, DOT_F32)
-        dq = _mma(ds.to(k.dtype), k, dq, DOT_F32)
+        dq = mma(ds.to(k.dtype), k, dq, DOT_F32)
     tl.store(DQ + q_off + rows, (dq * scale).to(DQ.dtype.element_ty), mask=in_q)
 
 

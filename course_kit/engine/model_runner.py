@@ -2,7 +2,7 @@
 
 Two ways to lay out a step, picked once per runner:
 - split (CPU default): decodes first, then prefill chunks; attention treats the first rows as
-  one-query decodes and runs SDPA per prefilling sequence (see paged_attention.py);
+  one-query decodes and runs SDPA per prefilling sequence (attention/engine_step.py);
 - varlen (CUDA default): one Triton kernel over query tiles handles decodes and prefill chunks
   alike, so a mixed step has static shapes once its token count is rounded up to a bucket.
 
@@ -21,9 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..attention import triton_installed
+from ..attention.engine_step import TILE_M, EngineBatch, engine_attention
 from ..models import llama, sampling
 from .block_manager import BlockManager
-from .paged_attention import TILE_M, EngineBatch, engine_attention, triton
 from .scheduler import Scheduled, SchedulerOutput
 
 def fuse_around_attention(model: llama.Transformer, backend: str | None = "inductor") -> None:
@@ -101,7 +102,7 @@ class ModelRunner:
         on_cuda = self.device.type == "cuda"
         if cuda_graphs and not on_cuda:
             raise ValueError("cuda_graphs=True needs the model on a CUDA device")
-        self.varlen = (on_cuda and triton is not None) if varlen is None else varlen
+        self.varlen = (on_cuda and triton_installed()) if varlen is None else varlen
         self.use_graphs = on_cuda if cuda_graphs is None else cuda_graphs
         # mixed steps hold at most the token budget plus one token per other row, plus a pad row
         self.mixed_rows = max_num_seqs + 1
@@ -113,7 +114,7 @@ class ModelRunner:
         self._pin = on_cuda
         # fused blocks (default on a GPU with Triton): Inductor compiles them at the first step
         if fuse is None:
-            fuse = on_cuda and triton is not None
+            fuse = on_cuda and triton_installed()
         self.fused = _fuse(model, fuse)
 
     # ---- inputs -------------------------------------------------------------------------

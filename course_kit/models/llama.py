@@ -8,6 +8,7 @@ written and read, which each one passes to every layer as an `attend(q, k, v)` f
 - `forward_paged(batch, pc)`   any mix of prefill and decode over a `PagedKVCache` (the engine).
 
 Weights are fused where it saves reads at batch 1: q, k, v in one `wqkv`, gate and up in one `w13`.
+Attention itself is imported from `course_kit.attention`; `set_attention` swaps the kernels.
 """
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .kv_cache import (DECODE_ATTENTION, PAGED_ATTENTION, PagedBatch, PagedKVCache,  # noqa: F401
-                       StaticKVCache, _sdpa_gqa, register_attention)
+from ..attention.gqa import sdpa_gqa
+from ..attention.registry import DECODE_ATTENTION, PAGED_ATTENTION, lookup, register_attention  # noqa: F401
+from .kv_cache import PagedBatch, PagedKVCache, StaticKVCache
 from . import sampling
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -199,7 +201,7 @@ def _paged_attend(q, k, v, *, k_cache, v_cache, slots, batch, fn, scale):
 
 def _causal(q, k, v, scale):
     """[B, T, heads, D] in, causal attention over the T tokens, [B, T, H, D] out."""
-    o = _sdpa_gqa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, scale, is_causal=True)
+    o = sdpa_gqa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, scale, is_causal=True)
     return o.transpose(1, 2)
 
 
@@ -257,14 +259,11 @@ class Transformer(nn.Module):
         return model_from_pretrained(path, dtype=dtype, device=device)
 
     def set_attention(self, decode: str | Callable | None = None, paged: str | Callable | None = None) -> None:
-        """Plug in attention kernels, by registered name or as callables (see kv_cache.py)."""
-        for kind, choice, table in (("decode", decode, DECODE_ATTENTION), ("paged", paged, PAGED_ATTENTION)):
-            if isinstance(choice, str):
-                if choice not in table:
-                    raise ValueError(f"unknown {kind} attention {choice!r}; choices: {sorted(table)}")
-                choice = table[choice]
-            if choice is not None:
-                setattr(self, f"{kind}_attention", choice)
+        """Plug in attention kernels, by registered name or as callables (see attention/registry.py)."""
+        if decode is not None:
+            self.decode_attention = lookup("decode", decode)
+        if paged is not None:
+            self.paged_attention = lookup("paged", paged)
 
     # -- the shared layer loop
     def _run_layers(self, tokens: torch.Tensor, positions: torch.Tensor, attend_for: Callable) -> torch.Tensor:

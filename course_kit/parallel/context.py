@@ -5,8 +5,10 @@ every chunk's keys and values, so the K/V blocks travel around a ring: at each o
 rank attends its queries to the block it holds while passing that block on to the next rank
 (sending the next block overlaps with computing on this one). The partial results are merged
 exactly with the online softmax (the running max and sum of flash attention), so the output
-equals full attention. With a causal mask, rank r only needs blocks 0..r: the last rank does n
-blocks of work and the first one, which is why real systems reorder the chunks ("zigzag").
+equals full attention: each block is one step of notebook 08's tiled forward
+(`attention.tiled.tiled_block_step`, which folds with `online_softmax_update`). With a causal
+mask, rank r only needs blocks 0..r: the last rank does n blocks of work and the first one,
+which is why real systems reorder the chunks ("zigzag").
 This module computes the forward pass.
 """
 from __future__ import annotations
@@ -18,19 +20,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from ..attention.tiled import tiled_block_step
 from .comm import world
-
-
-def merge(acc: torch.Tensor, m: torch.Tensor, l: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
-          v: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Fold one K/V block into the running (unnormalised output, row max, row sum)."""
-    s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        s = s.masked_fill(~mask, float("-inf"))
-    m_new = torch.maximum(m, s.amax(-1))
-    p = torch.exp(s - m_new[..., None])
-    scale = torch.exp(m - m_new)  # rescales what was accumulated against the old max
-    return acc * scale[..., None] + p @ v, m_new, l * scale + p.sum(-1)
 
 
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -41,6 +32,7 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     and the number of K/V blocks this rank computed on.
     """
     rank, n = world(group)
+    scale = 1.0 / math.sqrt(q.shape[-1])
     acc = torch.zeros_like(q)
     m = torch.full(q.shape[:-1], float("-inf"), dtype=q.dtype, device=q.device)
     l = torch.zeros(q.shape[:-1], dtype=q.dtype, device=q.device)
@@ -55,10 +47,10 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
             reqs = [dist.isend(kv, (rank + 1) % n, group=group),
                     dist.irecv(nxt, (rank - 1) % n, group=group)]
         if not causal or j < rank:
-            acc, m, l = merge(acc, m, l, q, kv[0], kv[1], None)
+            m, l, acc = tiled_block_step(q, kv[0], kv[1], m, l, acc, scale)
             blocks += 1
         elif j == rank:
-            acc, m, l = merge(acc, m, l, q, kv[0], kv[1], diag)
+            m, l, acc = tiled_block_step(q, kv[0], kv[1], m, l, acc, scale, diag)
             blocks += 1
         for r in reqs:
             r.wait()
