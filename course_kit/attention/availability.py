@@ -45,3 +45,30 @@ def xformers_status() -> tuple[bool, str]:
     except Exception as exc:  # noqa: BLE001 - ImportError, AttributeError or a broken build
         return False, _first_line(exc)
     return True, f"xformers {getattr(xformers, '__version__', '?')}"
+
+
+def _why_no_operator(exc: BaseException) -> str:
+    """xFormers' "No operator found" text, shortened to its first line and the distinct reasons."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    reasons = list(dict.fromkeys(ln for ln in lines[1:] if "supported" in ln or "built" in ln))
+    head = lines[0].split(" with inputs")[0]
+    return (f"{type(exc).__name__}: {head}" + (": " + "; ".join(reasons[:3]) if reasons else ""))[:400]
+
+
+def xformers_probe(q, k, v, causal: bool = True) -> tuple[bool, str]:
+    """Does xFormers' memory_efficient_attention run on these very inputs here? (ok, why not).
+
+    Importable is not enough: a wheel built for another torch imports but loads no kernels, and
+    xFormers has no CPU kernels at all; the call on the learner's own tensors says which.
+    """
+    ok, why = xformers_status()
+    if not ok:
+        return False, why
+    from .sdpa_backends import xformers_attention
+    try:
+        xformers_attention(q, k, v, causal=causal)
+    except Exception as exc:  # noqa: BLE001 - NotImplementedError ("No operator found"), or a broken build
+        return False, _why_no_operator(exc)
+    return True, why
