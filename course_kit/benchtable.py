@@ -1,0 +1,128 @@
+"""The README's benchmarks table, rendered from the records: the one place engineering targets are read.
+
+Learner text never speaks of targets (DESIGN.md); the targets of the course's benchmarks live in
+this table's rows, the records and the tests. Each row names a record (`data/reference/<slug>/<topic>.json`),
+how to read its headline figure, the peer it is measured against and the target. The README holds the
+rendered table between two markers, and a test checks that it is up to date:
+
+    python -m course_kit.benchtable            # print the table
+    python -m course_kit.benchtable --write    # rewrite the README's section
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from . import reference
+
+BEGIN, END = "<!-- benchmarks:begin -->", "<!-- benchmarks:end -->"
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+@dataclass(frozen=True)
+class Row:
+    slug: str
+    topic: str
+    what: str                         # the figure, in words
+    read: Callable[[dict], float | None]
+    unit: str                         # "x" for ratios, or a unit
+    target: float | None = None       # at least this (None: reported only)
+    at_most: bool = False             # the target is an upper bound
+
+
+def _key(name: str) -> Callable[[dict], float | None]:
+    return lambda rec: (rec.get("summary") or {}).get(name)
+
+
+ROWS: tuple[Row, ...] = (
+    Row("h200", "roofline", "device copy bandwidth (read + write)", _key("copy_gbs"), "GB/s"),
+    Row("h200", "dtypes", "bf16 matmul, 8192³", _key("bf16_tflops"), "TFLOP/s"),
+    Row("h200", "dtypes", "fp8 (fast accumulation) over bf16 matmul", _key("fp8_fast_over_bf16"), "x"),
+    Row("h200", "amp", "bf16 autocast training step over strict fp32", _key("bf16_speedup_vs_fp32"), "x", 2.5),
+    Row("h200", "amp", "fp16 + GradScaler: steps skipped after warm-up", _key("fp16_scaler_skipped_after_warmup"),
+        "fraction", 0.01, at_most=True),
+    Row("h200", "compile", "reduce-overhead decode step over eager",
+        lambda r: (r.get("summary", {}).get("decode_speedup") or {}).get("reduce-overhead"), "x", 3.0),
+    Row("h200", "cuda_graphs", "graph replay over eager launches (launch ratio)", _key("launch_ratio"), "x", 5.0),
+    Row("h200", "cuda_graphs", "decode graph runner over HF generate, batch 1", _key("runner_vs_hf_generate"), "x", 20.0),
+    Row("h200", "cuda_graphs", "llama-1b batch-1 decode: fraction of copy bandwidth", _key("hbm_fraction"),
+        "fraction", 0.73),
+    Row("h200", "model", "course decode step over HF's, llama-1b", _key("llama-1b_speedup_vs_hf"), "x"),
+    Row("h200", "batching", "continuous over static batching", _key("continuous_vs_static"), "x", 1.6),
+    Row("h200", "batching", "engine over HF generate_batch", _key("engine_vs_hf_generate_batch"), "x", 10.0),
+    Row("h200", "capstone", "engine over HF generate_batch", _key("engine_vs_HF_generate_batch"), "x"),
+    Row("h200", "async", "GPU idle fraction, sync loop", _key("sync_idle"), "fraction"),
+    Row("h200", "async", "GPU idle fraction, async loop", _key("async_idle"), "fraction", 0.03, at_most=True),
+    Row("h200", "attention", "Triton flash forward over SDPA flash (B4 H16 S4096 D128, causal)",
+        _key("triton_over_flash"), "x", 1.0),
+    Row("h200", "attention", "Triton flash forward over cuDNN attention", _key("triton_over_cudnn"), "x", 0.95),
+    Row("h200x2", "parallel", "TP=2 MLP over one GPU", _key("mlp_speedup_tp2"), "x", 1.7),
+    Row("h200x2", "parallel", "TP=2 llama-1b decode over one GPU", _key("decode_speedup_llama-1b_tp2"), "x", 1.2),
+    Row("h200x2", "parallel", "TP=2 Llama-3-8B-shape decode over one GPU", _key("decode_speedup_llama3-8b_tp2"), "x", 1.5),
+    Row("h200", "serving", "request rate where p99 TTFT crosses 1 s", _key("knee_rate_rps"), "req/s"),
+)
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "x":
+        return f"{value:.2f}x"
+    if unit == "fraction":
+        return f"{value:.1%}"
+    return f"{value:,.1f} {unit}"
+
+
+def status(row: Row, value: float | None) -> str:
+    """'met' / 'not met' against the row's target, '' when it has none or nothing was recorded."""
+    if value is None or row.target is None:
+        return ""
+    ok = value <= row.target if row.at_most else value >= row.target
+    return "met" if ok else "not met"
+
+
+def render(rows: tuple[Row, ...] = ROWS) -> str:
+    """The markdown table: figure, recorded value, target and status, record and its date."""
+    lines = ["| figure | recorded | target | status | record |", "|---|---|---|---|---|"]
+    for row in rows:
+        path = reference.root() / row.slug / f"{row.topic}.json"
+        rec = json.loads(path.read_text()) if path.is_file() else None
+        value = row.read(rec) if rec else None
+        value = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        shown = _fmt(value, row.unit) if value is not None else "not recorded"
+        target = "" if row.target is None else ("≤ " if row.at_most else "≥ ") + _fmt(row.target, row.unit)
+        date = str(((rec or {}).get("environment") or {}).get("date", ""))[:10]
+        lines.append(f"| {row.what} | {shown} | {target} | {status(row, value)} | "
+                     f"`{row.slug}/{row.topic}.json`{' ' + date if date else ''} |")
+    return "\n".join(lines)
+
+
+def section(text: str) -> str:
+    """The README text between the markers (exclusive)."""
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"README has no {BEGIN} ... {END} section")
+    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
+
+
+def write(readme: Path = README) -> bool:
+    """Rewrite the README's table; True when it changed."""
+    text = readme.read_text()
+    new = text.replace(section(text), render()) if section(text) else text.replace(BEGIN + END, f"{BEGIN}\n{render()}\n{END}")
+    if new != text:
+        readme.write_text(new)
+    return new != text
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="rewrite README.md's benchmarks section")
+    args = ap.parse_args(argv)
+    if args.write:
+        print("README.md updated" if write() else "README.md already up to date")
+    else:
+        print(render())
+
+
+if __name__ == "__main__":
+    main()
