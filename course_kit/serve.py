@@ -339,16 +339,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--num-blocks", type=int)
     p.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES,
                    help="larger request bodies get 413")
+    p.add_argument("--seed", type=int, default=0, help="seed of the preset's random weights")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn's log level (info logs every request)")
     p.set_defaults(func=_serve)
 
 
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
-    engine = build_engine(args.preset, args.checkpoint, args.device, args.dtype, policy=args.policy,
+    engine = build_engine(args.preset, args.checkpoint, args.device, args.dtype, seed=args.seed, policy=args.policy,
                           max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                           block_size=args.block_size, num_blocks=args.num_blocks)
     engine.warmup()
     print(f"course-kit serve: {args.preset if not args.checkpoint else args.checkpoint}, policy "
           f"{args.policy}, on http://{args.host}:{args.port}  (POST /v1/completions)")
-    uvicorn.run(create_app(engine, max_body_bytes=args.max_body_bytes), host=args.host, port=args.port, log_level="info")
+    uvicorn.run(create_app(engine, max_body_bytes=args.max_body_bytes), host=args.host, port=args.port,
+                log_level=args.log_level)
     return 0

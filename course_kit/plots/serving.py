@@ -1,0 +1,57 @@
+"""Figures for notebook 06's serving section: latency against load (`course-kit bench serving`)."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+from plotly.subplots import make_subplots
+
+
+def sweep_rows(record: dict) -> dict[str, list[dict]]:
+    """The Poisson-rate rows of a serving record, per server, in increasing rate."""
+    out: dict[str, list[dict]] = {}
+    for r in record.get("results", []):
+        if r.get("kind") == "poisson" and r.get("rate_rps") is not None:
+            out.setdefault(r["server"], []).append(r)
+    return {k: sorted(v, key=lambda r: r["rate_rps"]) for k, v in out.items()}
+
+
+def latency_vs_load(record: dict, title: str | None = None) -> go.Figure:
+    """TTFT and TPOT (p50 solid, p99 dashed) against the request rate, one colour per server; the
+    TTFT threshold as a line and each server's knee (where p99 TTFT crosses it) as a star, each
+    server's saturation capacity as a dotted vertical line."""
+    rows = sweep_rows(record)
+    summary = record.get("summary", {})
+    servers = summary.get("servers", {})
+    threshold = summary.get("threshold_s", 1.0)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("time to first token", "time per output token"),
+                        horizontal_spacing=0.1)
+    colors = qualitative.Plotly
+    for i, (name, sel) in enumerate(rows.items()):
+        color = colors[i % len(colors)]
+        x = [r["rate_rps"] for r in sel]
+        for col, metric in ((1, "ttft"), (2, "tpot")):
+            for q, dash in (("p50", "solid"), ("p99", "dash")):
+                fig.add_trace(go.Scatter(
+                    x=x, y=[r[f"{metric}_{q}_s"] for r in sel], mode="lines+markers", name=f"{name} {q}",
+                    legendgroup=f"{name} {q}", showlegend=(col == 1), line=dict(color=color, dash=dash),
+                    hovertemplate=f"{name}<br>%{{x:.3g}} req/s<br>{metric.upper()} {q} %{{y:.3g}} s<extra></extra>"),
+                    row=1, col=col)
+        info = servers.get(name, {})
+        if info.get("knee_rps") is not None:
+            fig.add_trace(go.Scatter(x=[info["knee_rps"]], y=[threshold], mode="markers",
+                                     marker=dict(symbol="star", size=16, color=color, line=dict(width=1)),
+                                     name=f"{name}: knee {info['knee_rps']:.3g} req/s", legendgroup=f"{name} knee",
+                                     hovertemplate="p99 TTFT crosses %{y:g} s at %{x:.3g} req/s<extra></extra>"),
+                          row=1, col=1)
+        if info.get("capacity_rps"):
+            for col in (1, 2):
+                fig.add_vline(x=info["capacity_rps"], line=dict(color=color, dash="dot", width=1), row=1, col=col)
+    fig.add_hline(y=threshold, line=dict(color="gray", dash="dot"), row=1, col=1,
+                  annotation_text=f"{threshold:g} s", annotation_position="top left")
+    fig.update_xaxes(title_text="request rate (requests/s, Poisson)", type="log")
+    fig.update_yaxes(title_text="seconds", type="log", row=1, col=1)
+    fig.update_yaxes(title_text="seconds", type="log", row=1, col=2)
+    gpu = record.get("environment", {}).get("gpu") or "this machine"
+    fig.update_layout(title=title or f"Latency against load on {gpu} (dotted: each server's saturation capacity)",
+                      height=460, legend=dict(groupclick="toggleitem"))
+    return fig
