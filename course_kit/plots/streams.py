@@ -112,3 +112,16 @@ def bars(rows: Sequence[Mapping], x: str, y: str, title: str = "", y_title: str 
                            text=[f"{r[y]:.3g}" for r in rows], textposition="outside"))
     fig.update_layout(title=title, yaxis_title=y_title or y, height=400)
     return fig
+
+
+def overlap_figure(run: Mapping, device_lane: str = "device") -> go.Figure:
+    """One run of the step loop (a `streams.decode_loop` result): the host and device lanes, each
+    labelled with its idle share of the wall time (notebook 07's overlap widget)."""
+    tl = _as_timeline(run["timeline"])
+    lanes = [lane for lane in ("cpu", device_lane) if lane in tl.lanes]
+    idle = {lane: tl.idle_fraction(lane) for lane in lanes}
+    fig = gantt(tl, title=(f"{run.get('mode', '')}: wall {run['wall_s'] * 1e3:.1f} ms; idle "
+                           + ", ".join(f"{lane} {v:.0%}" for lane, v in idle.items())), lanes=lanes)
+    fig.update_yaxes(ticktext=[f"{lane} (idle {idle[lane]:.0%})" for lane in lanes], tickvals=lanes)
+    fig.update_layout(height=280, margin=dict(t=50, b=40, l=10, r=10))
+    return fig
