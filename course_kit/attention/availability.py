@@ -52,7 +52,8 @@ def _why_no_operator(exc: BaseException) -> str:
     lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
     if not lines:
         return type(exc).__name__
-    reasons = list(dict.fromkeys(ln for ln in lines[1:] if "supported" in ln or "built" in ln))
+    reasons = list(dict.fromkeys(ln for ln in lines[1:] 
+                              if ("supported:" in ln or "built" in ln) and not ln.endswith(":")))
     head = lines[0].split(" with inputs")[0]
     return (f"{type(exc).__name__}: {head}" + (": " + "; ".join(reasons[:3]) if reasons else ""))[:400]
 

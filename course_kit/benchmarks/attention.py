@@ -15,7 +15,7 @@ import torch
 
 from .. import bench
 from .. import device as _device
-from ..attention import naive, sdpa_backends, tiled
+from ..attention import availability, naive, sdpa_backends, tiled
 
 ACCEPTANCE = {"batch": 4, "heads": 16, "seq_len": 4096, "head_dim": 128, "causal": True}
 SIZES = {
@@ -62,9 +62,22 @@ def variants(dev: torch.device, dtype: torch.dtype) -> dict[str, Callable]:
     for name, (ok, _why) in sdpa_backends.backend_support(cap, dtype, 128).items():
         if ok:
             out[f"sdpa {name}"] = (lambda b: lambda q, k, v, c: sdpa_backends.sdpa(q, k, v, backend=b, causal=c))(name)
-    if dev.type == "cuda" and sdpa_backends.xformers_available():
+    if xformers_runs(dev, dtype)[0]:
         out["xformers"] = lambda q, k, v, c: sdpa_backends.xformers_attention(q, k, v, causal=c)
     return out
+
+
+def xformers_runs(dev: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
+    """Whether xFormers' memory_efficient_attention runs on this device and dtype, or the probe's reason.
+
+    Importable is not enough (a wheel built for another torch loads no kernels; there are no CPU
+    kernels), so a tiny causal call on this device decides; the reason goes into the record.
+    """
+    ok, why = availability.xformers_status()
+    if not ok:
+        return ok, why
+    q = torch.randn(1, 2, 64, 64, device=dev, dtype=dtype)
+    return availability.xformers_probe(q, q, q, causal=True)
 
 
 def _inputs(b: int, hq: int, hkv: int, s: int, d: int, dtype: torch.dtype, dev: torch.device, seed: int):
@@ -158,7 +171,7 @@ def summarise(results: list[dict], checks: dict, acceptance: dict) -> dict:
         summary["triton_variant"] = best
         summary["triton_tflops"] = triton[best]
         for peer, key in (("sdpa flash", "triton_over_flash"), ("sdpa cudnn", "triton_over_cudnn"),
-                          ("sdpa efficient", "triton_over_efficient")):
+                          ("sdpa efficient", "triton_over_efficient"), ("xformers", "triton_over_xformers")):
             if at.get(peer):
                 summary[key] = triton[best] / at[peer]
                 for name, value in triton.items():
@@ -255,7 +268,8 @@ def run(params: dict) -> dict:
             summary["fwd_bwd_triton_over_flash"] = fb["triton fwd+bwd"] / fb["sdpa flash fwd+bwd"]
 
     params_out = {"size": size, "device": str(dev), "dtype": str(dtype).replace("torch.", ""), **cfg,
-                  "acceptance": acceptance, "variants": list(fns)}
+                  "acceptance": acceptance, "variants": list(fns),
+                  "xformers": xformers_runs(dev, dtype)[1]}     # the probe's answer: version, or why not
     out = {"params": params_out, "results": results, "summary": summary, "checks": checks}
     if dev.type == "cuda" and params.get("backward", True) and "triton" in good:
         out["backward"] = bwd_rows     # fwd+bwd rows kept apart: they have no memory or roofline figures

@@ -1,0 +1,179 @@
+"""Notebook 08's "what just happened": every comparison worded from the numbers it talks about.
+
+Each function takes numbers measured in the run (or read from a record) and returns Markdown whose
+direction ("faster", "less memory", "right of the ridge", "memory-bound") follows their sign and
+size, and which names a cause only where the numbers show it. Tested both ways and at the edges in
+tests/test_attention_io.py. The shared phrases come from course_kit.narrate.
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+from .. import narrate
+
+MOST = 0.5      # a share of the measured time above this "is most of" it
+
+
+def _pos(**values: float) -> None:
+    for name, v in values.items():
+        if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise ValueError(f"{name} must be a finite number > 0; got {v!r}")
+
+
+def times_more_or_less(a: float, b: float, noun: str = "", same_within: float = narrate.SAME_WITHIN,
+                       less: str = "less") -> str:
+    """'4.2x less {noun} than' / '1.3x more {noun} than' / 'about the same {noun} as' for a against b
+    (`less="fewer"` for counted nouns)."""
+    _pos(a=a, b=b)
+    noun = f" {noun}" if noun else ""
+    ratio = a / b
+    if abs(ratio - 1.0) <= same_within:
+        return f"about the same{noun} as"
+    return f"{ratio:.3g}x more{noun} than" if ratio > 1 else f"{1 / ratio:.3g}x {less}{noun} than"
+
+
+def explain_naive_growth(first: Mapping, last: Mapping) -> str:
+    """Section 1: how naive attention's measured peak grew with S, against the square law.
+
+    first/last: {"seq_len", "peak_MiB", "scores_MiB"} at the shortest and longest S.
+    """
+    _pos(s0=first["seq_len"], s1=last["seq_len"], p0=first["peak_MiB"], p1=last["peak_MiB"])
+    longer = last["seq_len"] / first["seq_len"]
+    growth = last["peak_MiB"] / first["peak_MiB"]
+    square = longer ** 2
+    if abs(growth / square - 1) <= 0.1:
+        verdict = "as the square law predicts"
+    elif growth < square:
+        verdict = (f"less than the square law's {square:.0f}x: part of the peak (Q, K, V, the output) grows only "
+                   f"linearly with S, and weighs more at short S")
+    else:
+        verdict = f"more than the square law's {square:.0f}x; this run does not show why"
+    tensors = last["peak_MiB"] / last["scores_MiB"]
+    return (f"From S = {first['seq_len']} to S = {last['seq_len']} ({longer:.0f}x longer), naive attention's peak "
+            f"memory grew **{growth:.1f}x**, {verdict}. At S = {last['seq_len']} the peak holds **{tensors:.1f}** "
+            f"S x S score tensors' worth of bytes.")
+
+
+def explain_tiled_memory(tiled_bytes: float, naive_bytes: float, seq_len: int) -> str:
+    """Section 3: tiled against naive peak memory at one S (bytes, shown in GiB)."""
+    _pos(tiled_bytes=tiled_bytes, naive_bytes=naive_bytes)
+    words = times_more_or_less(tiled_bytes, naive_bytes, "memory")
+    tail = " The S x S matrices are never allocated." if tiled_bytes < naive_bytes else ""
+    return (f"Peak memory at S = {seq_len}: tiled **{narrate.gib(tiled_bytes):.3g} GiB**, {words} naive "
+            f"(**{narrate.gib(naive_bytes):.3g} GiB**; GiB = 2³⁰ bytes).{tail}")
+
+
+def explain_io_counts(n: int, d: int, standard: float, flash: float, sram_bytes: int, sram_elements: int,
+                      kernel: float | None = None) -> str:
+    """Section 3b: the exact HBM access counts of Theorem 2's two algorithms at the learner's shape."""
+    _pos(standard=standard, flash=flash, sram_bytes=sram_bytes)
+    text = (f"For one head at N = {n}, d = {d}, with M = {sram_elements:,} elements of SRAM "
+            f"({sram_bytes / 1024:,.0f} KiB): standard attention makes **{standard:,.0f}** HBM accesses, "
+            f"FlashAttention's Algorithm 1 **{flash:,.0f}**, {times_more_or_less(flash, standard, 'accesses', less='fewer')} "
+            f"standard.")
+    if kernel:
+        text += (f" The course's kernel (Q read once, K and V once per query block, causal tiles skipped) "
+                 f"makes **{kernel:,.0f}**, {times_more_or_less(kernel, standard, 'accesses', less='fewer')} standard.")
+    return text
+
+
+def io_shares(bytes_moved: float, seconds: float, flops: float, bandwidth_gbs: float,
+              peak_tflops: float | None) -> tuple[float, float | None]:
+    """(share of the measured time that moving `bytes_moved` at the bandwidth takes, same for the FLOPs at peak)."""
+    _pos(bytes_moved=bytes_moved, seconds=seconds, flops=flops, bandwidth_gbs=bandwidth_gbs)
+    mem = bytes_moved / (bandwidth_gbs * 1e9) / seconds
+    comp = flops / (peak_tflops * 1e12) / seconds if peak_tflops else None
+    return mem, comp
+
+
+def explain_io_row(name: str, bytes_moved: float, seconds: float, flops: float, bandwidth_gbs: float,
+                   peak_tflops: float | None) -> str:
+    """One variant's counted HBM bytes and FLOPs held against its measured time.
+
+    Names memory as the bound when moving the counted bytes at the measured bandwidth takes most of
+    the time, arithmetic when the FLOPs at the measured peak do, and says the run does not show the
+    cause when neither does. A count that would need more than the measured time is said to
+    overstate the traffic that reached memory.
+    """
+    mem, comp = io_shares(bytes_moved, seconds, flops, bandwidth_gbs, peak_tflops)
+    t_ms = seconds * 1e3
+    head = (f"**{name}**: {narrate.gib(bytes_moved):.3g} GiB counted; at {bandwidth_gbs:,.0f} GB/s that takes "
+            f"{mem * t_ms:.3g} ms of its measured {t_ms:.3g} ms ({mem:.0%})")
+    comp_txt = f"; its FLOPs at the {peak_tflops:,.3g} TFLOP/s peak take {comp:.0%}" if comp is not None else ""
+    if mem > 1.0:
+        return (head + comp_txt + ": it ran faster than its counted bytes allow at that bandwidth, so the count "
+                "overstates the traffic that reached memory here (caches kept some of it).")
+    if mem >= MOST and (comp is None or mem >= comp):
+        return head + comp_txt + ": moving memory is most of its time (memory-bound)."
+    if comp is not None and comp >= MOST:
+        return head + comp_txt + ": arithmetic is most of its time (compute-bound), not memory traffic."
+    return (head + comp_txt + ": neither accounts for most of its time; this run does not show what does "
+            "(launches, Python loops and cache misses are not measured here).")
+
+
+def explain_ratios(summary: Mapping) -> str:
+    """The recorded Triton kernel against SDPA's flash and cuDNN backends, worded from the ratios."""
+    best = summary.get("triton_variant")
+    tflops = summary.get("triton_tflops")
+    if not best or not tflops:
+        return "The record has no Triton timing at the acceptance shape."
+    parts = [f"At the acceptance shape the Triton kernel (**{best}**) reached **{tflops:.0f} TFLOP/s**"]
+    for key, peer in (("triton_over_flash", "the SDPA flash backend (FlashAttention-2)"),
+                      ("triton_over_cudnn", "the cuDNN backend"), ("triton_over_xformers", "xFormers")):
+        ratio = summary.get(key)
+        if ratio:
+            parts.append(f"{narrate.ratio_words(ratio)} {peer} ({ratio:.2f}x its TFLOP/s)")
+    return ", ".join(parts) + "."
+
+
+def explain_fastest(tflops: Mapping[str, float | None]) -> str:
+    """Section 6: which variant reached the most TFLOP/s here, and naive against it."""
+    at = {k: v for k, v in tflops.items() if v}
+    if not at:
+        return "No variant was timed at this shape."
+    fastest = max(at, key=at.get)
+    text = f"The highest rate here is **{fastest}** at **{at[fastest]:.3g} TFLOP/s**"
+    if "naive" in at and fastest != "naive":
+        text += f"; naive reached {at['naive']:.3g}, {narrate.rate(at['naive'], at[fastest])} {fastest}"
+    return text + "."
+
+
+def explain_backward(tflops: Mapping[str, float]) -> str:
+    """Forward + backward TFLOP/s per variant, the Triton backward worded against SDPA flash."""
+    if not tflops:
+        return "No forward + backward timings."
+    text = "Forward + backward at the acceptance shape (FLOPs: 3.5x the forward's): " + "; ".join(
+        f"**{name}** {v:.0f} TFLOP/s" for name, v in tflops.items()) + "."
+    t, f = tflops.get("triton fwd+bwd"), tflops.get("sdpa flash fwd+bwd")
+    if t and f:
+        text += f" The course's plain Triton backward runs {narrate.rate(t, f)} FlashAttention-2's."
+    return text
+
+
+def explain_roofline(points: Sequence[Mapping], ridge: float) -> str:
+    """Each kernel's intensity against the ridge point (FLOP/byte): which side of it, and by how much."""
+    _pos(ridge=ridge)
+    if not points:
+        return "No kernel to place on the roofline."
+    right = [p for p in points if p["intensity"] >= ridge]
+    left = [p for p in points if p["intensity"] < ridge]
+    parts = []
+    if right:
+        parts.append("right of the ridge (the compute-bound side): " + ", ".join(
+            f"**{p['name']}** ({p['intensity'] / ridge:.3g}x the ridge's {ridge:.0f} FLOP/B)" for p in right))
+    if left:
+        parts.append("left of it (the memory-bound side): " + ", ".join(
+            f"**{p['name']}** ({p['intensity']:.3g} FLOP/B)" for p in left))
+    return "By their counted bytes, " + "; ".join(parts) + "."
+
+
+def explain_xformers(ok: bool, why: str, times: Mapping[str, float] | None = None) -> str:
+    """xFormers beside SDPA and the course kernel: measured times, or the probe's reason it cannot run."""
+    if not ok:
+        return f"xFormers cannot run here, so nothing is shown for it. The probe says: `{why}`."
+    if not times or "xformers" not in times:
+        return f"xFormers imports ({why}) but was not timed here."
+    x = times["xformers"]
+    others = "; ".join(f"{narrate.speed(x, t)} **{name}**" for name, t in times.items() if name != "xformers")
+    return f"xFormers ({why}) took **{x * 1e3:.3g} ms**: " + (others or "no peer was timed beside it") + "."

@@ -1,0 +1,142 @@
+"""How many HBM accesses attention needs: standard against flash (Dao et al. 2022, Theorem 2).
+
+For one head with sequence length N, head dim d and an on-chip SRAM of M elements, FlashAttention
+(NeurIPS 2022, Theorem 2) shows:
+
+    standard attention   Θ(N·d + N²)      HBM accesses (it writes and reads the N x N matrices S and P)
+    FlashAttention       Θ(N²·d² / M)     HBM accesses (K and V stream once per SRAM-sized block of Q)
+
+and since d² is far smaller than M for usual shapes (128² = 16,384 against ~10⁵ elements of shared
+memory per SM), flash attention reads and writes many times fewer bytes. The functions below count
+the accesses exactly, element by element, for the algorithms as written:
+
+- `standard_accesses`: the paper's Algorithm 0 (S = QKᵀ written, read for the softmax, P written,
+  read for PV); causal adds naive.py's masking pass (S read and written once more);
+- `flash_accesses`: the paper's Algorithm 1 (outer loop over K/V blocks, O, ℓ, m re-read and
+  re-written for every one), with its block sizes B_c = ⌈M/4d⌉, B_r = min(⌈M/4d⌉, d);
+- `kernel_accesses`: the course's Triton kernel (FlashAttention-2's loop order, notebook 08):
+  Q read once, K and V read once per query block for the tiles it computes (tiles.py), O and the
+  log-sum-exp written once.
+
+Notebook 08 computes them at the learner's shapes and SRAM size (`sram_here`), and holds the bytes
+against measured times (explain.explain_io).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from .tiles import visited_key_rows
+
+# Shared memory per SM (the SRAM a thread block can use, bytes), from the CUDA C++ Programming
+# Guide's table "Technical Specifications per Compute Capability".
+SHARED_MEMORY_PER_SM = {(7, 0): 96 * 1024, (7, 2): 96 * 1024, (7, 5): 64 * 1024, (8, 0): 164 * 1024,
+                        (8, 6): 100 * 1024, (8, 7): 164 * 1024, (8, 9): 100 * 1024, (9, 0): 228 * 1024,
+                        (10, 0): 228 * 1024, (12, 0): 100 * 1024}
+CPU_STAND_IN_BYTES = 256 * 1024     # a common per-core L2 size, used when the machine does not say
+
+
+def _check(**values: int) -> None:
+    for name, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
+
+
+def standard_accesses(n: int, d: int, causal: bool = False) -> int:
+    """HBM element accesses of standard attention for one head (Algorithm 0 of the paper).
+
+    1. read Q, K (2Nd), write S (N²); 2. read S, write P (2N²); 3. read P, V (N² + Nd), write O (Nd):
+    4Nd + 4N². With `causal`, the masking pass of naive.py reads and writes S once more (+2N²).
+    """
+    _check(n=n, d=d)
+    return 4 * n * d + 4 * n * n + (2 * n * n if causal else 0)
+
+
+def flash_block_sizes(d: int, sram_elements: int) -> tuple[int, int]:
+    """(B_r, B_c) of Algorithm 1: B_c = ⌈M/4d⌉ (so K, V, Q and O blocks fit in M), B_r = min(B_c, d)."""
+    _check(d=d, sram_elements=sram_elements)
+    b_c = math.ceil(sram_elements / (4 * d))
+    return min(b_c, d), b_c
+
+
+def flash_accesses(n: int, d: int, sram_elements: int) -> int:
+    """HBM element accesses of FlashAttention's Algorithm 1 for one head, counted line by line.
+
+    Line 2 writes O, ℓ, m (Nd + 2N). Lines 5-6: every key block K_j, V_j is read once (2Nd in all).
+    Lines 7-13: for each of the T_c = ⌈N/B_c⌉ key blocks, every query block reads Q_i, O_i, ℓ_i,
+    m_i (Nd + Nd + 2N over all i) and writes O_i, ℓ_i, m_i (Nd + 2N). Total
+    Nd + 2N + 2Nd + T_c·(3Nd + 4N) = Θ(N²d²/M), since T_c ≈ 4Nd/M.
+    """
+    _check(n=n, d=d, sram_elements=sram_elements)
+    _, b_c = flash_block_sizes(d, sram_elements)
+    t_c = math.ceil(n / b_c)
+    return (n * d + 2 * n) + 2 * n * d + t_c * (3 * n * d + 4 * n)
+
+
+def kernel_accesses(n: int, d: int, block_m: int, block_n: int, causal: bool = True) -> int:
+    """HBM element accesses of the course's Triton kernel for one head (FlashAttention-2's order).
+
+    Q is read once (Nd) and O written once (Nd); each query block reads K and V (2d per key row)
+    for the tiles it computes (tiles.visited_key_rows), and writes one log-sum-exp per row (N).
+    Non-causal: 2Nd + N + ⌈N/BLOCK_M⌉·2Nd; causal about half the K/V term.
+    """
+    _check(n=n, d=d, block_m=block_m, block_n=block_n)
+    return 2 * n * d + n + 2 * d * sum(visited_key_rows(n, block_m, block_n, causal))
+
+
+def theta_standard(n: int, d: int) -> float:
+    """The scale Nd + N² of Theorem 2 for standard attention (constants dropped)."""
+    return float(n * d + n * n)
+
+
+def theta_flash(n: int, d: int, sram_elements: int) -> float:
+    """The scale N²d²/M of Theorem 2 for FlashAttention (constants dropped)."""
+    return n * n * d * d / sram_elements
+
+
+def hbm_bytes(accesses: int, batch_heads: int, element_bytes: int) -> float:
+    """Bytes for `batch_heads` heads of `accesses` elements each (the log-sum-exp counted like the rest)."""
+    _check(batch_heads=batch_heads, element_bytes=element_bytes)
+    return float(accesses) * batch_heads * element_bytes
+
+
+def sram_bytes_for(capability: tuple[int, int] | None) -> int | None:
+    """Shared memory per SM of a compute capability, from the CUDA guide's table (None if not listed)."""
+    if capability is None:
+        return None
+    return SHARED_MEMORY_PER_SM.get(tuple(capability))
+
+
+def _cpu_l2_bytes(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int | None:
+    """This CPU core's L2 size from sysfs (Linux), or None."""
+    try:
+        for index in sorted(root.glob("index*")):
+            if (index / "level").read_text().strip() == "2":
+                text = (index / "size").read_text().strip().upper()
+                scale = {"K": 1024, "M": 1024 ** 2}.get(text[-1], 1)
+                return int(text.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def sram_here() -> tuple[int, str]:
+    """(bytes, where the number comes from): the SRAM size M that the IO counts use on this machine.
+
+    On CUDA: the device's shared memory per SM as PyTorch reports it (else the CUDA guide's table).
+    On a CPU, which has no software-managed SRAM: one core's L2 cache as a stand-in, read from
+    sysfs, or 256 KiB, said so.
+    """
+    import torch
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        value = getattr(props, "shared_memory_per_multiprocessor", None)
+        if value:
+            return int(value), f"{props.name}: shared memory per SM, from the driver"
+        table = sram_bytes_for(torch.cuda.get_device_capability(0))
+        if table:
+            return table, f"{props.name}: shared memory per SM, from the CUDA guide's table"
+    l2 = _cpu_l2_bytes()
+    if l2:
+        return l2, "CPU stand-in: one core's L2 cache (from /sys), as a CPU has no shared memory"
+    return CPU_STAND_IN_BYTES, "CPU stand-in: 256 KiB, a typical per-core L2 (this machine does not report one)"

@@ -1,0 +1,269 @@
+"""Notebook 08's new pure pieces: IO counts (against hand counts), tiles, one row stepped through
+the online softmax, the Triton/xFormers probes (with triton made unimportable), and the explainers
+in both directions."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_kit.attention import explain, io_complexity as io, row_steps, tiles
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---- IO counts: hand counts on tiny cases -------------------------------------------------------
+
+def test_standard_accesses_hand_count():
+    # N=4, d=2. Algorithm 0: read Q, K (8 + 8), write S (16); read S (16), write P (16);
+    # read P (16) and V (8), write O (8): 96.
+    assert io.standard_accesses(4, 2) == 8 + 8 + 16 + 16 + 16 + 16 + 8 + 8 == 96
+    assert io.standard_accesses(4, 2, causal=True) == 96 + 16 + 16      # the mask reads and writes S
+
+
+def _simulate_algorithm_1(n: int, d: int, m: int) -> int:
+    """Algorithm 1 of Dao et al. (2022) walked line by line, counting every HBM element moved."""
+    b_c = math.ceil(m / (4 * d))
+    b_r = min(b_c, d)
+    count = n * d + n + n                                  # line 2: O, l, m initialised in HBM
+    for j0 in range(0, n, b_c):
+        rows_kv = min(b_c, n - j0)
+        count += 2 * rows_kv * d                           # line 6: load K_j, V_j
+        for i0 in range(0, n, b_r):
+            rows_q = min(b_r, n - i0)
+            count += rows_q * d + rows_q * d + rows_q + rows_q   # line 8: Q_i, O_i, l_i, m_i
+            count += rows_q * d + rows_q + rows_q                # lines 12-13: write O_i, l_i, m_i
+    return count
+
+
+def test_flash_accesses_hand_count():
+    # N=4, d=2, M=16: B_c = 2, B_r = 2, T_c = 2. Init 16; K, V 16; per key block 2 x (12 read + 8 written).
+    assert io.flash_block_sizes(2, 16) == (2, 2)
+    assert io.flash_accesses(4, 2, 16) == 16 + 16 + 2 * (2 * 12 + 2 * 8) == 112
+    for n, d, m in [(4, 2, 16), (37, 8, 100), (128, 16, 1000), (100, 64, 4096)]:
+        assert io.flash_accesses(n, d, m) == _simulate_algorithm_1(n, d, m)
+
+
+def test_kernel_accesses_hand_count():
+    # N=5, d=2, 2x2 blocks, causal: query block 0 loads key rows 0-1 (2), block 1 rows 0-3 (4),
+    # block 2 rows 0-4 (5). K and V: 2 * 2 * 11 = 44; Q 10, O 10, one lse per row 5: 69.
+    assert tiles.visited_key_rows(5, 2, 2, causal=True) == [2, 4, 5]
+    assert io.kernel_accesses(5, 2, 2, 2, causal=True) == 44 + 10 + 10 + 5
+    assert io.kernel_accesses(5, 2, 2, 2, causal=False) == 2 * 2 * 15 + 25
+
+
+def test_theorem_2_scaling():
+    # at the H200's 228 KiB and bf16, d = 128: flash moves fewer elements, more so as N grows
+    m = 228 * 1024 // 2
+    ratios = [io.standard_accesses(n, 128) / io.flash_accesses(n, 128, m) for n in (1024, 4096, 16384)]
+    assert 1 < ratios[0] < ratios[1] < ratios[2]
+    # the Theta forms: N^2 d^2 / M grows like N^2 and falls like 1/M
+    assert io.theta_flash(2048, 64, 1000) == pytest.approx(4 * io.theta_flash(1024, 64, 1000))
+    assert io.theta_flash(1024, 64, 2000) == pytest.approx(io.theta_flash(1024, 64, 1000) / 2)
+    # more SRAM, fewer accesses; a tiny SRAM is worse than standard attention
+    assert io.flash_accesses(4096, 128, 2 * m) < io.flash_accesses(4096, 128, m)
+    assert io.flash_accesses(1024, 128, 512) > io.standard_accesses(1024, 128)
+
+
+def test_io_errors_and_sram():
+    with pytest.raises(ValueError, match="n must be an integer >= 1"):
+        io.standard_accesses(0, 64)
+    with pytest.raises(ValueError, match="sram_elements"):
+        io.flash_accesses(64, 64, 0)
+    assert io.sram_bytes_for((9, 0)) == 228 * 1024 and io.sram_bytes_for((7, 5)) == 64 * 1024
+    assert io.sram_bytes_for(None) is None
+    n_bytes, source = io.sram_here()
+    assert n_bytes > 0 and source
+    assert io.hbm_bytes(10, 4, 2) == 80.0
+
+
+# ---- tiles ---------------------------------------------------------------------------------------
+
+def test_tile_grid_matches_the_kernel_bounds():
+    g = tiles.tile_grid(5, 2, 2, causal=True)
+    assert g == [["masked", "skipped", "skipped"], ["no mask", "masked", "skipped"], ["no mask", "no mask", "masked"]]
+    assert tiles.tile_counts(g) == {"no mask": 3, "masked": 3, "skipped": 3}
+    # non-causal: every tile computed; only a ragged last key block needs bounds checks
+    g = tiles.tile_grid(5, 2, 2, causal=False)
+    assert all(row == ["no mask", "no mask", "masked"] for row in g)
+    assert tiles.tile_counts(tiles.tile_grid(256, 64, 64, causal=False)) == {"no mask": 16, "masked": 0, "skipped": 0}
+    # causal computes about half of the scores
+    assert tiles.computed_fraction(4096, 128, 128, causal=False) == 1.0
+    assert 0.5 < tiles.computed_fraction(4096, 128, 128, causal=True) < 0.52
+    with pytest.raises(ValueError, match="block_n must be an integer >= 1"):
+        tiles.tile_grid(10, 2, 0)
+
+
+def test_tile_grid_against_the_masked_scores():
+    # a tile is computed iff it holds at least one visible score (j <= i), and "no mask" iff all are
+    s, bm, bn = 77, 16, 8
+    visible = torch.ones(s, s, dtype=torch.bool).tril()
+    for i, row in enumerate(tiles.tile_grid(s, bm, bn, causal=True)):
+        for j, state in enumerate(row):
+            block = visible[i * bm:(i + 1) * bm, j * bn:(j + 1) * bn]
+            assert (state != "skipped") == bool(block.any())
+            if state == "no mask":
+                assert bool(block.all()) and block.shape[1] == bn
+
+
+# ---- one row through the online softmax ---------------------------------------------------------
+
+def test_row_walk_ends_at_the_attention_row():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(16, generator=g), torch.randn(50, 16, generator=g), torch.randn(50, 16, generator=g)
+    walk = row_steps.row_walk(q, k, v, block_n=8, visible=37)
+    assert [s["start"] for s in walk.steps] == [0, 8, 16, 24, 32] and walk.steps[-1]["end"] == 37
+    ref = torch.softmax((k[:37].double() @ q.double()) / 4.0, 0) @ v[:37].double()
+    assert torch.allclose(torch.tensor(walk.steps[-1]["out"], dtype=torch.float64), ref, atol=1e-12)
+    # the running max never falls; alpha is 1 exactly when it did not grow
+    ms = [s["m"] for s in walk.steps]
+    assert ms == sorted(ms) and ms[-1] == pytest.approx(max(walk.scores))
+    for prev, step in zip(walk.steps, walk.steps[1:]):
+        assert (step["alpha"] == 1.0) == (step["m"] == prev["m"])
+    assert walk.steps[-1]["l"] == pytest.approx(sum(math.exp(x - ms[-1]) for x in walk.scores))
+    with pytest.raises(ValueError, match="visible must be in"):
+        row_steps.row_walk(q, k, v, 8, visible=51)
+
+
+# ---- probes: Triton made unimportable -------------------------------------------------------------
+
+def _run(code: str, extra_path: Path | None = None) -> str:
+    env_code = textwrap.dedent(code)
+    cmd = [sys.executable, "-c", env_code]
+    import os
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(extra_path or ""), str(ROOT)) if p)}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_triton_guard_without_triton():
+    out = _run("""
+        import sys
+        sys.modules['triton'] = None            # as if triton were not installed
+        from course_kit.attention import availability, naive, tiled
+        ok, why = availability.triton_status()
+        print(ok, '|', why)
+        from course_kit.benchmarks import attention as b
+        import torch
+        print(sorted(b.variants(torch.device('cpu'), torch.float32)))
+    """)
+    first, second = out.strip().splitlines()
+    assert first.startswith("False | triton is not installed")
+    assert "triton" not in second and "naive" in second
+
+
+def test_triton_guard_with_a_broken_triton(tmp_path):
+    (tmp_path / "triton").mkdir()
+    (tmp_path / "triton" / "__init__.py").write_text("raise ImportError('built for another Python')\n")
+    out = _run("""
+        from course_kit.attention import availability
+        ok, why = availability.triton_status()
+        print(ok, '|', why)
+    """, extra_path=tmp_path)
+    assert out.startswith("False |") and "built for another Python" in out
+
+
+def test_xformers_probe_says_why(tmp_path):
+    from course_kit.attention import availability
+    ok, why = availability.xformers_status()
+    if not ok:
+        assert "xformers" in why.lower()
+    (tmp_path / "xformers").mkdir()
+    (tmp_path / "xformers" / "__init__.py").write_text("raise OSError('undefined symbol: _ZN3c10')\n")
+    out = _run("""
+        from course_kit.attention import availability
+        import torch
+        q = torch.randn(1, 1, 8, 8)
+        print(availability.xformers_status(), availability.xformers_probe(q, q, q))
+    """, extra_path=tmp_path)
+    assert out.count("undefined symbol") == 2 and "False" in out
+
+
+# ---- explainers, both directions and the edges --------------------------------------------------
+
+def test_times_more_or_less():
+    assert explain.times_more_or_less(1, 4, "memory") == "4x less memory than"
+    assert explain.times_more_or_less(3, 2) == "1.5x more than"
+    assert explain.times_more_or_less(1.02, 1.0, "memory") == "about the same memory as"
+    with pytest.raises(ValueError):
+        explain.times_more_or_less(0, 1)
+
+
+def test_explain_naive_growth_both_ways():
+    row = lambda s, p: {"seq_len": s, "peak_MiB": p, "scores_MiB": p / 3}   # noqa: E731
+    assert "as the square law predicts" in explain.explain_naive_growth(row(128, 1), row(256, 4))
+    less = explain.explain_naive_growth(row(128, 1), row(256, 2))
+    assert "less than the square law's 4x" in less and "2.0x" in less
+    assert "more than the square law's 4x; this run does not show why" in explain.explain_naive_growth(row(128, 1), row(256, 9))
+
+
+def test_explain_tiled_memory_both_ways():
+    assert "4x less memory than naive" in explain.explain_tiled_memory(2**28, 2**30, 1024)
+    assert "never allocated" in explain.explain_tiled_memory(2**28, 2**30, 1024)
+    worse = explain.explain_tiled_memory(2**31, 2**30, 1024)
+    assert "2x more memory than naive" in worse and "never allocated" not in worse
+
+
+def test_explain_io_row_names_the_bound():
+    gbs, peak = 4000.0, 800.0
+    # memory-bound: 40 GB at 4000 GB/s = 10 ms of 12 ms
+    mem = explain.explain_io_row("naive", 40e9, 0.012, 1e12, gbs, peak)
+    assert "memory-bound" in mem and "83%" in mem
+    # compute-bound: 0.1 GB (25 us) of 1 ms; 6e11 FLOPs at 800 TFLOP/s = 0.75 ms
+    comp = explain.explain_io_row("triton", 1e8, 1e-3, 6e11, gbs, peak)
+    assert "compute-bound" in comp and "memory-bound" not in comp
+    # neither
+    neither = explain.explain_io_row("tiled", 1e8, 1e-2, 1e11, gbs, peak)
+    assert "does not show what does" in neither
+    # no peak known: memory share alone decides; edge at exactly one half
+    assert "memory-bound" in explain.explain_io_row("x", 2e9, 1e-3, 1.0, gbs, None)
+    assert "does not show" in explain.explain_io_row("x", 1.9e9, 1e-3, 1.0, gbs, None)
+    # faster than the bytes allow
+    assert "overstates" in explain.explain_io_row("x", 8e9, 1e-3, 1.0, gbs, None)
+
+
+def test_explain_ratios_both_ways():
+    fast = explain.explain_ratios({"triton_variant": "triton (TMA)", "triton_tflops": 458, "triton_over_flash": 1.51,
+                                   "triton_over_cudnn": 0.79})
+    assert "1.51x faster than the SDPA flash backend" in fast and "1.27x slower than the cuDNN backend" in fast
+    assert "target" not in fast and "met" not in fast.split()
+    assert "about as fast as" in explain.explain_ratios({"triton_variant": "t", "triton_tflops": 1, "triton_over_flash": 1.01})
+    assert "no Triton timing" in explain.explain_ratios({})
+
+
+def test_explain_fastest_and_backward():
+    text = explain.explain_fastest({"naive": 2.0, "sdpa flash": 10.0, "triton": None})
+    assert "**sdpa flash**" in text and "5.00x slower than sdpa flash" in text
+    assert "naive reached" not in explain.explain_fastest({"naive": 3.0})
+    bwd = explain.explain_backward({"triton fwd+bwd": 100.0, "sdpa flash fwd+bwd": 200.0})
+    assert "2.00x slower than FlashAttention-2's" in bwd
+    assert "faster than" in explain.explain_backward({"triton fwd+bwd": 300.0, "sdpa flash fwd+bwd": 200.0})
+
+
+def test_explain_roofline_sides():
+    pts = [{"name": "triton", "intensity": 1000.0}, {"name": "naive", "intensity": 30.0}]
+    text = explain.explain_roofline(pts, 200.0)
+    assert "right of the ridge" in text and "**triton** (5x" in text and "left of it" in text and "**naive**" in text
+    assert "left of it" not in explain.explain_roofline(pts[:1], 200.0)
+    assert "right of" not in explain.explain_roofline(pts[1:], 200.0)
+
+
+def test_explain_xformers_both_ways():
+    no = explain.explain_xformers(False, "ModuleNotFoundError: No module named 'xformers'")
+    assert "cannot run here" in no and "No module named 'xformers'" in no
+    yes = explain.explain_xformers(True, "xformers 0.0.35", {"xformers": 2e-3, "sdpa flash": 1e-3, "triton": 4e-3})
+    assert "2.00x slower than **sdpa flash**" in yes and "2.00x faster than **triton**" in yes
+    assert "not timed" in explain.explain_xformers(True, "xformers 0.0.35", {})
+
+
+def test_explain_io_counts():
+    text = explain.explain_io_counts(4096, 128, 6.9e7, 3.0e7, 228 * 1024, 116736, kernel=1.8e7)
+    assert "2.3x fewer accesses than standard" in text and "228 KiB" in text
+    worse = explain.explain_io_counts(1024, 128, 1e6, 3e6, 1024, 512)
+    assert "3x more accesses than standard" in worse
