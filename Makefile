@@ -2,14 +2,19 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PORT ?= 8888
-JUPYTER_TOKEN ?=
+# JupyterLab makes its own token (printed in the log) unless JUPYTER_TOKEN is set: an empty token
+# would turn authentication off, letting anyone on the machine run code as you.
+TOKEN_ARG := $(if $(JUPYTER_TOKEN),--IdentityProvider.token="$(JUPYTER_TOKEN)",)
+# The learner works in work/ (git-ignored): notebooks/ is copied there on first use, a file at a time,
+# never over an existing one, so tracked files stay clean. Delete a file from work/ to start it afresh.
+WORK ?= work
 # Without a display (a server, a container, CI) there is no browser to open.
 NO_BROWSER := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell uname -s))),,--no-browser)
 # Jupyter refuses to run as root unless told to (containers, CI, Colab-like machines run as root).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 PYTEST_ARGS ?=
 
-.PHONY: lab test venv notebooks clean
+.PHONY: lab test venv notebooks solved clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -31,15 +36,27 @@ $(VENV)/.test: pyproject.toml $(VENV)/.torch
 	touch $@
 
 lab: $(VENV)/.lab
-	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/notebooks \
-		--port=$(PORT) --ip=127.0.0.1 --IdentityProvider.token="$(JUPYTER_TOKEN)" $(NO_BROWSER) $(ALLOW_ROOT)
+	mkdir -p $(WORK)
+	for nb in notebooks/*.ipynb; do [ -e "$(WORK)/$${nb##*/}" ] || cp "$$nb" "$(WORK)/"; done
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/$(WORK) \
+		--port=$(PORT) --ip=127.0.0.1 $(TOKEN_ARG) $(NO_BROWSER) $(ALLOW_ROOT)
 
-# Unit tests, then every notebook under nbval in smoke mode (small sizes, CPU is enough).
+# Unit tests, then every notebook under nbval in smoke mode (small sizes, CPU is enough). Both builds
+# run: build/ci/NN.ipynb is the learner's notebook top to bottom (every cell but the exercise and
+# check cells must run clean), then, in the same kernel, the solved build from its first exercise on
+# (every check must pass). The cells before the first exercise are the same in both builds, so they
+# run once (course_kit.nbbuild.ci_notebook).
 test: $(VENV)/.test
-	COURSE_KIT_SMOKE=1 $(PY) -m pytest tests notebooks --nbval-lax --nbval-cell-timeout=600 \
+	rm -rf build/ci
+	$(PY) -m course_kit.nbbuild --ci build/ci
+	COURSE_KIT_SMOKE=1 $(PY) -m pytest tests build/ci --nbval-lax --nbval-cell-timeout=600 \
 		--timeout=900 -p no:cacheprovider $(PYTEST_ARGS)
 
-# Rebuild notebooks/*.ipynb from notebooks/src/*.py.
+# The solved build (instructors: `course-kit release`/`grade` take it as their source); generated.
+solved: $(VENV)/.test
+	$(PY) -m course_kit.nbbuild --solved build/solved
+
+# Rebuild notebooks/*.ipynb (the learner's build) from notebooks/src/*.py.
 notebooks: $(VENV)/.test
 	$(PY) -m course_kit.nbbuild
 

@@ -1,6 +1,12 @@
-"""Build `notebooks/NN_name.ipynb` from its py:percent source `notebooks/src/NN_name.py`.
+"""Build the two builds of every notebook from its one py:percent source `notebooks/src/NN_name.py`.
 
-Sources are plain Python, easy to review and diff; the notebooks are what learners open. Markers:
+- The learner's build, `notebooks/NN_name.ipynb` (committed; what the badges open): each exercise's
+  solution is a stub raising NotImplementedError("Exercise NN.name: task"), hidden checks are left
+  out, and exercise and check cells carry nbval's `raises-exception` tag.
+- The solved build (generated, never committed; for instructors and CI): solutions between
+  `### BEGIN SOLUTION` and `### END SOLUTION`, hidden checks included.
+
+Sources are plain Python, easy to review and diff. Markers:
 
     # %% [markdown]            a markdown cell (its lines keep a leading "# ")
     # %%                       a code cell
@@ -11,7 +17,9 @@ A line `{{BADGES}}` in a markdown cell becomes the Colab and Binder badges; a li
 code cell becomes the standard setup cell. The repository URL comes from pyproject's
 `[project.urls] Repository`, its one declaration.
 
-    python -m course_kit.nbbuild [NN ...] [--check]
+    python -m course_kit.nbbuild [NN ...] [--check]     the learner's build, into notebooks/
+    python -m course_kit.nbbuild --solved DIR           the solved build, into DIR (build/solved)
+    python -m course_kit.nbbuild --ci DIR               what `make test` runs (see ci_notebook)
 """
 from __future__ import annotations
 
@@ -59,21 +67,29 @@ def badges(notebook_name: str, url: str | None = None) -> str:
 
 
 def setup_cell(url: str | None = None) -> str:
+    """The standard setup cell. On Colab it clones the repository once (bootstrapping), then
+    `course_kit.colab.setup` installs it beside Colab's own torch (never reinstalled; a re-run does
+    nothing more) and turns on Colab's widget manager. While the repository URL is still the
+    placeholder, the Colab branch stops with a message saying so (the build itself succeeds)."""
+    from .colab import CHECKOUT, PLACEHOLDER_REPOSITORY, is_placeholder
     url = url or repository_url()
-    return f'''# Setup. On Colab: fetch the course and install it beside Colab's own torch, which is pinned by a
-# constraint so it is never reinstalled. Elsewhere the checkout's own install (`make lab`) is used.
-import os, subprocess, sys
+    if is_placeholder(url):
+        clone = (f'    raise RuntimeError("This course\'s repository URL is still the placeholder {PLACEHOLDER_REPOSITORY}: '
+                 f'set [project.urls] Repository in pyproject.toml to the real repository, rebuild the notebooks '
+                 f'(python -m course_kit.nbbuild) and open them from there.")')
+    else:
+        clone = ('    if not os.path.isdir(CHECKOUT):\n'
+                 '        subprocess.run(["git", "clone", "--depth", "1", REPOSITORY, CHECKOUT], check=True)')
+    return f'''# Setup. On Colab: fetch the course once and install it beside Colab's own torch, which is never
+# reinstalled (re-running this cell does nothing more). Elsewhere the checkout's own install (`make lab`).
+import sys
 if "google.colab" in sys.modules:
-    CHECKOUT = "/content/course-kit"
-    if not os.path.isdir(CHECKOUT):
-        subprocess.run(["git", "clone", "--depth", "1", "{url}", CHECKOUT], check=True)
-        import torch
-        with open("/tmp/keep-torch.txt", "w") as f:
-            f.write(f"torch=={{torch.__version__}}\\n")
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", CHECKOUT,
-                        "-c", "/tmp/keep-torch.txt"], check=True)
+    import os, subprocess
+    REPOSITORY, CHECKOUT = "{url}", "{CHECKOUT}"
+{clone}
     sys.path.insert(0, CHECKOUT)
-    os.chdir(os.path.join(CHECKOUT, "notebooks"))
+    from course_kit import colab
+    colab.setup(CHECKOUT, REPOSITORY)
 
 import course_kit
 from course_kit import device
@@ -124,8 +140,9 @@ def _markdown_text(lines: list[str]) -> str:
     return "\n".join(_strip_blank_edges(out))
 
 
-def build(src: Path) -> dict:
-    """The notebook (as nbformat JSON) for one source file."""
+def build_solved(src: Path) -> dict:
+    """The solved build (for instructors and CI): every cell of the source, solutions between their
+    BEGIN/END SOLUTION markers, hidden checks included."""
     name = src.stem + ".ipynb"
     cells = []
     for index, cell in enumerate(parse(src.read_text())):
@@ -149,8 +166,90 @@ def build(src: Path) -> dict:
     }
 
 
-def render(src: Path) -> str:
-    return json.dumps(build(src), indent=1, ensure_ascii=False) + "\n"
+_TASK = re.compile(r"^#+\s*Exercise\b\s*(\d\d\.[\w\-]+)?\s*:\s*(.+?)\s*$", re.M)
+RAISES = "raises-exception"   # nbval's tag for a cell allowed to raise
+
+
+def exercise_task(nb: dict, index: int, exercise_id: str) -> str:
+    """The one-line task of the exercise whose solution cell is cells[index]: the cell's
+    `course_kit.task` metadata, else the nearest markdown heading "Exercise [NN.name]: task" above it."""
+    cell = nb["cells"][index]
+    task = (cell.get("metadata", {}).get("course_kit") or {}).get("task")
+    if task:
+        return " ".join(str(task).split())
+    for above in reversed(nb["cells"][:index]):
+        if above["cell_type"] != "markdown":
+            continue
+        found = [m for m in _TASK.finditer("".join(above["source"])) if m.group(1) in (None, exercise_id)]
+        if found:
+            return found[-1].group(2)
+    return "see the task above"
+
+
+def _release_notebook():
+    try:
+        from .grading.release import release_notebook
+    except ImportError:   # the instructor tools may move under grading/instructor/
+        from .grading.instructor.release import release_notebook
+    return release_notebook
+
+
+def learner(solved: dict) -> dict:
+    """The learner's build from the solved one: each solution region becomes a stub raising
+    NotImplementedError("Exercise NN.name: task"), hidden cells go, and exercise and check cells are
+    tagged `raises-exception` (nbval accepts their error; every other cell must run clean)."""
+    from .grading import cells as ex_cells
+    tasks = {ex_cells.meta(c)["exercise"]: exercise_task(solved, i, ex_cells.meta(c)["exercise"])
+             for i, c in enumerate(solved["cells"]) if ex_cells.role(c) == "solution"}
+    out, _ = _release_notebook()(solved, keep_solutions=False)
+    for cell in out["cells"]:
+        role = ex_cells.role(cell)
+        text = ex_cells.source_text(cell)
+        if role == "solution":
+            ex_id = ex_cells.meta(cell)["exercise"]
+            stub = f'NotImplementedError("Exercise {ex_id}")'
+            text = text.replace(stub, f"NotImplementedError({json.dumps(f'Exercise {ex_id}: {tasks[ex_id]}')})")
+        if role in ("solution", "check"):
+            tags = cell["metadata"].setdefault("tags", [])
+            if RAISES not in tags:
+                tags.append(RAISES)
+        cell["source"] = text.splitlines(keepends=True)
+    return out
+
+
+def build(src: Path, solved: bool = False) -> dict:
+    """The notebook (as nbformat JSON) for one source file: the learner's build (what notebooks/
+    holds and the badges open), or with solved=True the solved build."""
+    nb = build_solved(src)
+    return nb if solved else learner(nb)
+
+
+def first_exercise(nb: dict) -> int | None:
+    """Index of the first exercise cell; the cells before it are the same in both builds."""
+    return next((i for i, c in enumerate(nb["cells"]) if (c.get("metadata") or {}).get("course_kit")), None)
+
+
+def ci_notebook(src: Path) -> dict:
+    """What `make test` runs for one notebook: the learner's build top to bottom, then, in the same
+    kernel, the solved build's cells from its first exercise on. Both builds share every cell before
+    the first exercise (tests/test_nbbuild.py checks it), so this runs every cell of both builds while
+    running the long shared part once."""
+    solved, learn = build_solved(src), build(src)
+    start = first_exercise(solved)
+    if start is None:
+        return learn
+    marker = {"cell_type": "markdown", "id": "solved-build", "metadata": {},
+              "source": ["## The solved build, from its first exercise on (CI only)"]}
+    tail = [{**c, "id": f"solved-{c['id']}"} for c in solved["cells"][start:]]
+    return {**learn, "cells": learn["cells"] + [marker] + tail}
+
+
+def render(src: Path, solved: bool = False) -> str:
+    return json.dumps(build(src, solved), indent=1, ensure_ascii=False) + "\n"
+
+
+def _dump(nb: dict) -> str:
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
 
 
 def sources(selectors: list[str] | None = None) -> list[Path]:
@@ -165,8 +264,19 @@ def sources(selectors: list[str] | None = None) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_kit.nbbuild", description=__doc__.split("\n")[0])
     parser.add_argument("selectors", nargs="*", help="notebook numbers or name prefixes (default: all)")
-    parser.add_argument("--check", action="store_true", help="fail if a notebook is out of date")
+    parser.add_argument("--check", action="store_true", help="fail if a learner notebook is out of date")
+    parser.add_argument("--solved", metavar="DIR", help="write the solved build into DIR instead")
+    parser.add_argument("--ci", metavar="DIR", help="write what make test runs (learner build, then the "
+                        "solved build's exercises) into DIR instead")
     args = parser.parse_args(argv)
+    if args.solved or args.ci:
+        folder = Path(args.solved or args.ci)
+        folder.mkdir(parents=True, exist_ok=True)
+        for src in sources(args.selectors):
+            nb = build(src, solved=True) if args.solved else ci_notebook(src)
+            (folder / (src.stem + ".ipynb")).write_text(_dump(nb))
+        print(f"built {len(sources(args.selectors))} notebooks into {folder}")
+        return 0
     stale = []
     for src in sources(args.selectors):
         target = NOTEBOOKS / (src.stem + ".ipynb")
