@@ -1,4 +1,5 @@
-"""A tiny synthetic course for the grading tests: one instructor notebook with two exercises."""
+"""A tiny synthetic course for the grading tests: one instructor notebook with two exercises (three
+with `with_half`); its hidden checks are the examples in instructor/hidden_checks/nb99.py."""
 from __future__ import annotations
 
 import json
@@ -22,7 +23,7 @@ def _code(src: str, exercise: str | None = None, role: str | None = None, points
     return nbformat.v4.new_code_cell(src, metadata=meta)
 
 
-def instructor_notebook():
+def instructor_notebook(with_half: bool = False):
     md = nbformat.v4.new_markdown_cell
     cells = [
         md("# Grading self-test"),
@@ -34,17 +35,24 @@ def instructor_notebook():
         md("## Exercise: the first five squares"),
         _code("### BEGIN SOLUTION\nsquares = [i * i for i in range(5)]\n### END SOLUTION", "99.square", "solution", 1),
         _code('from course_kit import grading\ngrading.check("99.square", squares)', "99.square", "check"),
-        _code("assert len(squares) == 5, f'expected 5 squares, found {len(squares)}'", "99.square", "hidden"),
+        _code('grading.check("99.square_hidden", squares)', "99.square", "hidden"),
     ]
+    if with_half:
+        cells += [
+            md("## Exercise: halve a tensor"),
+            _code("import torch\ndef half(x):\n    ### BEGIN SOLUTION\n    return x * 0.5\n    ### END SOLUTION",
+                  "99.half", "solution", 1),
+            _code('grading.check("99.half", half)', "99.half", "check"),
+        ]
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     return nb
 
 
-def write_course(root: Path) -> Path:
+def write_course(root: Path, with_half: bool = False) -> Path:
     source = root / "instructor"
     source.mkdir(parents=True)
-    nbformat.write(instructor_notebook(), str(source / NAME))
+    nbformat.write(instructor_notebook(with_half), str(source / NAME))
     return source
 
 

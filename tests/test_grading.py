@@ -13,11 +13,13 @@ import time
 import nbformat
 import pytest
 
-from course_kit.grading import cli, grade, release, runner, sandbox
+from course_kit.grading.instructor import cli, grade, release, runner, sandbox
 
 from grading_fixtures import NAME, SOLUTIONS, fill, submit, write_course
 
-LIMITS = runner.Limits(cell_timeout=4, total_timeout=90, memory_bytes=4 << 30)
+LIMITS = sandbox.Limits(cell_timeout=8, total_timeout=120, memory_bytes=3 << 30)
+
+pytestmark = pytest.mark.skipif(sandbox.mode().kind == "none", reason="no sandbox can be made here (bubblewrap)")
 
 
 def _read(path):
@@ -136,7 +138,7 @@ def test_raw_release_gets_zero_with_not_implemented_for_each_exercise(graded):
 
 def test_infinite_loop_times_out_and_the_other_exercise_is_graded(graded):
     status, points, message = _status(graded, "loop", "99.add")
-    assert status == "timeout" and points == 0 and "cell timeout of 4 s" in message
+    assert status == "timeout" and points == 0 and "cell timeout of 8 s" in message
     assert _status(graded, "loop", "99.square")[:2] == ("passed", 1)
 
 
@@ -155,7 +157,7 @@ def test_moved_cell_and_extra_scratch_cells_keep_full_marks(graded):
 def test_invalid_json_is_an_error_for_every_exercise(graded):
     for ex in SOLUTIONS:
         status, _, message = _status(graded, "invalid", ex)
-        assert status == "error" and "could not be read as a notebook" in message
+        assert status == "error" and "is not valid JSON" in message
 
 
 def test_overwriting_gradebook_or_other_submissions_changes_nothing(graded):
@@ -163,24 +165,24 @@ def test_overwriting_gradebook_or_other_submissions_changes_nothing(graded):
     assert _status(graded, "full", "99.add")[0] == "passed"   # graded from what was submitted
     rows = _read(paths["gradebook"])
     assert len(rows) == 16
-    if sandbox.mode() == "uid":  # as root, student code runs as an unprivileged uid: no write at all
-        assert paths["full"].read_bytes() == victim_bytes
-        status, _, message = _status(graded, "evil", "99.add")
-        assert status == "error" and "PermissionError" in message
+    # the sandbox sees neither path: the write fails in the solution cell, nothing changes
+    assert paths["full"].read_bytes() == victim_bytes
+    status, _, message = _status(graded, "evil", "99.add")
+    assert status == "error" and ("FileNotFoundError" in message or "PermissionError" in message), message
 
 
 def test_memory_limit_turns_a_huge_allocation_into_an_error(graded):
     status, _, message = _status(graded, "evil", "99.square")
-    assert status == "error" and "MemoryError" in message
+    assert status == "error" and ("memory cap" in message or "MemoryError" in message), message
 
 
 def test_monkeypatched_check_and_edited_check_cells_still_fail(graded):
     status, points, message = _status(graded, "monkey", "99.add")
     assert (status, points) == ("failed", 0)
-    assert "expected 5, found 0" in message
+    assert "add(2, 3): found 0" in message and "expected" not in message
     # the square check cell says `from course_kit import grading`: it too gets the private copy
     status, points, message = _status(graded, "monkey", "99.square")
-    assert (status, points) == ("failed", 0) and "expected [0, 1, 4, 9, 16], found [0]" in message
+    assert (status, points) == ("failed", 0) and "the length is wrong: found 1" in message
 
 
 def test_thirty_submissions_two_workers_every_row_present(tmp_path):
@@ -189,7 +191,7 @@ def test_thirty_submissions_two_workers_every_row_present(tmp_path):
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("### BEGIN SOLUTION\nsquares = [i * i for i in range(5)]\n### END SOLUTION",
                                   metadata={"course_kit": {"exercise": "99.square", "role": "solution", "points": 1}}),
-        nbformat.v4.new_code_cell("assert squares == [0, 1, 4, 9, 16], squares",
+        nbformat.v4.new_code_cell('from course_kit import grading\ngrading.check("99.square", squares)',
                                   metadata={"course_kit": {"exercise": "99.square", "role": "check"}}),
     ])
     nbformat.write(nb, str(source / "98_tiny.ipynb"))
@@ -201,7 +203,7 @@ def test_thirty_submissions_two_workers_every_row_present(tmp_path):
         submit(subs, f"s{i:02d}", fill(student, {"99.square": answer}), name="98_tiny.ipynb")
     out = tmp_path / "gb.csv"
     start = time.perf_counter()
-    assert cli.main(["grade", str(subs), "--out", str(out), "--workers", "2", "--timeout", "20",
+    assert cli.main(["grade", str(subs), "--out", str(out), "--workers", "2", "--timeout", "30",
                      "--source", str(source), "--memory-gb", "4"]) == 0
     elapsed = time.perf_counter() - start
     rows = _read(out)
@@ -213,19 +215,19 @@ def test_thirty_submissions_two_workers_every_row_present(tmp_path):
 
 def test_limits_are_validated():
     with pytest.raises(ValueError, match="cell_timeout must be > 0"):
-        runner.Limits(cell_timeout=0)
+        sandbox.Limits(cell_timeout=0)
     with pytest.raises(ValueError, match="workers must be >= 1"):
         grade.grade(".", "x.csv", ".", workers=0)
 
 
-def _proc_uids() -> set[int]:
-    uids = set()
+def _proc_uids() -> list[tuple[int, int]]:
+    found = []
     for entry in os.listdir("/proc"):
         try:
-            uids.add(os.stat(f"/proc/{entry}").st_uid) if entry.isdigit() else None
+            found.append((int(entry), os.stat(f"/proc/{entry}").st_uid)) if entry.isdigit() else None
         except OSError:
             pass
-    return uids
+    return found
 
 
 def test_total_timeout_stops_the_run_and_leaves_no_process(tmp_path):
@@ -234,19 +236,21 @@ def test_total_timeout_stops_the_run_and_leaves_no_process(tmp_path):
     cells = []
     for name in ("first", "second"):
         meta = {"course_kit": {"exercise": f"98.{name}", "role": "solution", "points": 1}}
-        body = "import time\nwhile True:\n    time.sleep(0.01)" if name == "first" else "x = 1"
+        body = "import time\nwhile True:\n    time.sleep(0.01)" if name == "first" else "squares = [0, 1, 4, 9, 16]"
         cells.append(nbformat.v4.new_code_cell(f"### BEGIN SOLUTION\n{body}\n### END SOLUTION", metadata=meta))
+        cells.append(nbformat.v4.new_code_cell('grading.check("99.square", [0, 1, 4, 9, 16])',
+                                               metadata={"course_kit": {"exercise": f"98.{name}", "role": "check"}}))
     nbformat.write(nbformat.v4.new_notebook(cells=cells), str(source / "98_tiny.ipynb"))
     solved, _ = release.release_notebook(nbformat.read(str(source / "98_tiny.ipynb"), as_version=4),
                                          keep_solutions=True)
     submit(tmp_path / "subs", "slow", solved, name="98_tiny.ipynb")
-    limits = runner.Limits(cell_timeout=120, total_timeout=12, memory_bytes=4 << 30)
+    limits = sandbox.Limits(cell_timeout=120, total_timeout=12, memory_bytes=4 << 30)
     start = time.perf_counter()
     rows = grade.grade(tmp_path / "subs", tmp_path / "gb.csv", source, limits=limits, log=lambda _: None)
     assert time.perf_counter() - start < 60
     assert [(r.exercise, r.status) for r in rows] == [("98.first", "timeout"), ("98.second", "timeout")]
     assert "total timeout of 12 s" in rows[0].message
-    if sandbox.mode() == "uid":
+    if sandbox.mode().kind == "bwrap-uid":
         uids = range(sandbox.UID_BASE, sandbox.UID_BASE + 100_000_000)
-        leftover = [pid for uid in {u for u in _proc_uids() if u in uids} for pid in sandbox.pids_of_uid(uid)]
+        leftover = [pid for pid, uid in _proc_uids() if uid in uids]
         assert not leftover, f"processes left running as sandbox uids: {leftover}"

@@ -1,55 +1,85 @@
-"""Exercise checks and the instructor's release/grade tools.
+"""Exercise checks (every notebook's exercises) and, apart, the instructor's tools.
 
-`check(exercise_id, *values)` runs the registered checker for that exercise. Checkers live in
-`course_kit/grading/checks/nbNN.py` and are registered with `@exercise("NN.name")`; a checker
-raises AssertionError saying what was expected and what was found (see `expect`).
+In a notebook, `check("NN.name", answer, ...)` gives feedback at once: a pass line, or one or two
+lines saying what is wrong (raised as `CheckFailed`, shown without a traceback); `hint("NN.name")`
+prints the exercise's hint. The checker runs on the answer *as data* (checks/codec.py), exactly as
+when grading.
 
-Instructor tools (not imported here, to keep `check` light): `release.release` writes the student
-notebooks, `grade.grade` runs and grades submissions; `course-kit release|grade` wrap them.
+When grading (the sandbox sets COURSE_KIT_GRADE), `check` decides nothing: it writes the answer as
+data for the grader, whose checkers run in another process where no learner code ever ran.
+
+Layout: `checks/` holds the checkers and their machinery (they may use lesson code as an oracle);
+`instructor/` holds the tools (release, grade, sandbox), which never import lessons.
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
+import os
+from pathlib import Path
 from typing import Any, Callable
 
-_CHECKERS: dict[str, Callable[..., Any]] = {}
+from .checks.feedback import CheckFailed, Wrong, expect
+from .checks.registry import SPECS as _SPECS
+from .checks.registry import exercise
+
+__all__ = ["check", "hint", "exercise", "expect", "Wrong", "CheckFailed"]
+
+GRADE_ENV = "COURSE_KIT_GRADE"
 
 
-def exercise(exercise_id: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register the checker for one exercise id, such as "01.bf16_round"."""
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        _CHECKERS[exercise_id] = fn
-        return fn
-    return register
+def hint(exercise_id: str) -> None:
+    """Print the hint written for this exercise."""
+    from .checks import registry
+    spec = registry.get(exercise_id)
+    print(f"Hint for {exercise_id}: {spec.hint or 'no hint for this exercise.'}")
 
 
-def _load_checkers(exercise_id: str | None = None) -> None:
-    """Import checker modules: the exercise's own notebook module first (cheap), else all of them."""
-    from . import checks
-    if exercise_id and exercise_id[:2].isdigit():
-        try:
-            importlib.import_module(f"{checks.__name__}.nb{exercise_id[:2]}")
-        except ModuleNotFoundError as exc:
-            if not exc.name or not exc.name.endswith(f"nb{exercise_id[:2]}"):
-                raise
-        if exercise_id in _CHECKERS:
-            return
-    for info in pkgutil.iter_modules(checks.__path__):
-        importlib.import_module(f"{checks.__name__}.{info.name}")
+def _source_of(value: Any) -> str:
+    import inspect
+    try:
+        return inspect.getsource(value)
+    except (OSError, TypeError):
+        return ""
 
 
-def expect(condition: bool, what: str, expected: Any, found: Any) -> None:
-    """Raise AssertionError('<what>: expected <expected>, found <found>') unless condition holds."""
-    if not condition:
-        raise AssertionError(f"{what}: expected {expected}, found {found}")
+def _plan(spec: Any) -> dict:
+    return {"cases": None if spec.cases is None else [tuple(c) for c in spec.cases()],
+            "instantiate": spec.instantiate, "probe": spec.probe}
+
+
+def _record(exercise_id: str, values: tuple, folder: Path) -> None:
+    """Grading: write this check's answer as data (the grader judges it elsewhere)."""
+    from .checks import codec, probing, registry
+    if not (isinstance(exercise_id, str) and registry.ID.match(exercise_id)):
+        raise ValueError(f"exercise id must look like 'NN.name', got {exercise_id!r}")
+    plan = codec.read(folder / "cases" / exercise_id)
+    try:
+        answer = probing.probe(plan, values)
+        codec.write(folder / "answers" / exercise_id, answer)
+    except codec.AnswerError as exc:
+        codec.write(folder / "answers" / exercise_id, {"unreadable": str(exc)})
+    print(f"Exercise {exercise_id}: answer recorded for grading.")
 
 
 def check(exercise_id: str, *values: Any, **kwargs: Any) -> None:
-    """Check a learner's answer: print a friendly pass, or raise AssertionError saying what differs."""
-    if exercise_id not in _CHECKERS:
-        _load_checkers(exercise_id)
-    if exercise_id not in _CHECKERS:
-        raise ValueError(f"unknown exercise {exercise_id!r}; known: {sorted(_CHECKERS)}")
-    _CHECKERS[exercise_id](*values, **kwargs)
+    """Check a learner's answer: print a pass line, or raise CheckFailed saying what is wrong."""
+    grade_dir = os.environ.get(GRADE_ENV)
+    if grade_dir:
+        _record(exercise_id, values, Path(grade_dir))
+        return
+    from .checks import codec, probing, registry, verdict
+    spec = registry.get(exercise_id)
+    if kwargs:
+        raise TypeError(f"check() takes the answer as positional values, got keywords {sorted(kwargs)}")
+    answer = codec.roundtrip(probing.probe(_plan(spec), values))
+    source = _source_of(values[0]) if spec.source and values else None
+    status, message = verdict.outcome(spec, answer, source)
+    if status != "passed":
+        raise CheckFailed(exercise_id, message)
     print(f"✅ Exercise {exercise_id}: passed.")
+
+
+def checkers() -> dict[str, Callable[..., Any]]:
+    """Every public checker by id (loads all checker modules)."""
+    from .checks import registry
+    registry.load_public()
+    return {k: s.checker for k, s in _SPECS.items()}

@@ -1,19 +1,21 @@
-"""Checks for notebook 00."""
+"""Checks for notebook 00 (the roofline)."""
 from __future__ import annotations
 
-import math
+from course_kit import grading
+from course_kit.grading.checks import feedback
 
-from .. import exercise
+# (intensity FLOP/B, bandwidth GB/s, peak TFLOP/s) on both sides of the ridge and exactly on it.
+CASES = [(0.25, 4800.0, 990.0), (1.0, 320.0, 65.0), (206.25, 4800.0, 990.0), (1000.0, 4800.0, 990.0),
+         (10.0, 2039.0, 312.0)]
+
+HINT = """Below the ridge a kernel is limited by memory: it gets `intensity x bandwidth` FLOP/s
+(GB/s times FLOP/B is GFLOP/s, so divide by 1e3 for TFLOP/s). Above it, by the peak. The attainable
+rate is the smaller of the two."""
 
 
-@exercise("00.attainable")
+@grading.exercise("00.attainable", cases=lambda: CASES, hint=HINT)
 def attainable(fn) -> None:
-    # (intensity FLOP/B, bandwidth GB/s, peak TFLOP/s) on both sides of the ridge and exactly on it.
-    cases = [(0.25, 4800.0, 990.0), (1.0, 320.0, 65.0), (206.25, 4800.0, 990.0), (1000.0, 4800.0, 990.0),
-             (10.0, 2039.0, 312.0)]
-    for intensity, bw, peak in cases:
-        expected = min(peak, intensity * bw / 1e3)
-        found = fn(intensity, bw, peak)
-        assert isinstance(found, (int, float)) and math.isclose(found, expected, rel_tol=1e-6), (
-            f"attainable_tflops({intensity}, {bw}, {peak}): expected {expected:.4g} TFLOP/s "
-            f"(min of the peak and intensity x bandwidth), found {found!r}")
+    for intensity, bw, peak in CASES:
+        side = "below" if intensity * bw / 1e3 < peak else "at or above"
+        feedback.number(fn(intensity, bw, peak), min(peak, intensity * bw / 1e3),
+                        f"attainable_tflops({intensity}, {bw}, {peak}) ({side} the ridge)", rel=1e-6)

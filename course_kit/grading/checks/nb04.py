@@ -1,4 +1,9 @@
-"""Checks of notebook 04 (graph capture): make a module exportable."""
+"""Checks of notebook 04 (graph capture): make a module exportable.
+
+The probe (run where the learner's code lives) calls the module eagerly, exports it with a dynamic
+batch dimension from an example, and runs the exported program; the checker compares every output
+with ClipOrScale, the lesson's module, in its own process.
+"""
 from __future__ import annotations
 
 from typing import Any
@@ -6,60 +11,78 @@ from typing import Any
 import torch
 
 from course_kit import grading
+from course_kit.grading.checks import feedback
+from course_kit.grading.checks.codec import Raised
 
 
-def _module(candidate: Any) -> torch.nn.Module:
-    module = candidate() if isinstance(candidate, type) else candidate
-    grading.expect(isinstance(module, torch.nn.Module), "your answer", "an nn.Module class or instance",
-                   type(module).__name__)
-    return module.eval()
-
-
-def _compare(what: str, got: torch.Tensor, want: torch.Tensor) -> None:
-    grading.expect(isinstance(got, torch.Tensor), what, "a tensor", type(got).__name__)
-    grading.expect(got.shape == want.shape, f"{what}: shape", tuple(want.shape), tuple(got.shape))
-    close = torch.allclose(got, want, atol=1e-6, rtol=1e-5)
-    grading.expect(close, what, "the values of ClipOrScale",
-                   f"max |difference| {(got - want).abs().max().item():.3g}")
-
-
-def _export(module: torch.nn.Module, example: torch.Tensor):
+def _export(module: Any, example: torch.Tensor) -> Any:
     from torch.export import Dim
-    try:
-        return torch.export.export(module, (example,), dynamic_shapes=({0: Dim("batch")},))
-    except Exception as err:
-        first = next((line for line in str(err).splitlines() if line.strip()), "")
-        raise AssertionError(
-            "torch.export.export(module, (x,), dynamic_shapes=({0: Dim('batch')},)): expected it to "
-            f"export, found {type(err).__name__}: {first[:200]} (hint: torch.cond or torch.where "
-            "keep both branches in the graph)") from None
+    return torch.export.export(module, (example,), dynamic_shapes=({0: Dim("batch")},))
 
 
-def _cases(seed: int, batch: int) -> dict[str, torch.Tensor]:
+def probe(module: Any, cases: list) -> list:
+    """cases: ("eager", x) calls the module; ("export", x) exports it from example x; ("program", x)
+    runs the last exported program. One result per case: an output, True for an export, or Raised."""
+    out: list = []
+    program = None
+    for kind, x in cases:
+        try:
+            if kind == "eager":
+                out.append(module(x))
+            elif kind == "export":
+                program = _export(module, x).module()
+                out.append(True)
+            elif program is None:
+                out.append(Raised("RuntimeError", "the module did not export"))
+            else:
+                out.append(program(x))
+        except Exception as exc:
+            first = next((line for line in str(exc).splitlines() if line.strip()), "")
+            out.append(Raised(type(exc).__name__, first[:200]))
+    return out
+
+
+def batches(seed: int, batch: int) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
     return {f"peak below 1 (batch {batch})": torch.rand(batch, 8, generator=gen) * 0.9,
             f"peak above 1 (batch {batch})": torch.randn(batch, 8, generator=gen) * 3 + 0.5}
 
 
-@grading.exercise("04.exportable")
-def check_exportable(candidate: Any) -> None:
-    from course_kit.capture import ClipOrScale
-    module, reference = _module(candidate), ClipOrScale()
-    for name, x in _cases(0, 4).items():
-        _compare(f"eager output, {name}", module(x.clone()), reference(x))
-    program = _export(module, _cases(1, 4)["peak above 1 (batch 4)"])
-    for name, x in _cases(2, 6).items():
-        _compare(f"exported program's output, {name}", program.module()(x.clone()), reference(x))
+def _cases() -> list[tuple]:
+    eager = [("eager", x) for x in batches(0, 4).values()]
+    return eager + [("export", batches(1, 4)["peak above 1 (batch 4)"])] + \
+        [("program", x) for x in batches(2, 6).values()]
 
 
-@grading.exercise("04.exportable_hidden")
-def check_exportable_hidden(candidate: Any) -> None:
+def judge(answer: Any, names: dict[int, str]) -> None:
+    """Compare every probed output with ClipOrScale's; `names` labels the cases by index."""
     from course_kit.capture import ClipOrScale
-    module, reference = _module(candidate), ClipOrScale()
-    # exported from an input that takes the *other* branch than most probes
-    program = _export(module, _cases(3, 5)["peak below 1 (batch 5)"])
-    edge = torch.full((3, 8), 0.5)
-    edge[1, 2] = -1.0  # a peak of exactly 1: not above 1, so doubled
-    probes = {**_cases(4, 9), "peak exactly 1": edge, "all zeros": torch.zeros(2, 8)}
-    for name, x in probes.items():
-        _compare(f"exported program's output, {name}", program.module()(x.clone()), reference(x))
+    reference = ClipOrScale()
+    results = answer.data
+    if not isinstance(results, list) or len(results) != len(answer.cases):
+        raise grading.Wrong("the answer could not be probed: pass your nn.Module class or instance")
+    for i, ((kind, x), got) in enumerate(zip(answer.cases, results)):
+        if kind == "export":
+            if isinstance(got, Raised):
+                raise grading.Wrong(f"torch.export.export(module, (x,), dynamic_shapes=({{0: Dim('batch')}},)) "
+                                    f"fails: {got!r}")
+            continue
+        what = f"{'eager' if kind == 'eager' else 'exported program'} output, {names.get(i, 'input')}"
+        if isinstance(got, Raised):
+            raise feedback.StudentRaised(what, got)
+        feedback.tensor(got, reference(x), what, rtol=1e-5, atol=1e-6)
+
+
+HINT = """torch.export traces with symbolic values, so a Python `if peak > 1` cannot be decided.
+Keep both branches in the graph: `torch.cond(pred, true_fn, false_fn, operands)` or
+`torch.where(pred, x / peak, x * 2)`. Test it with torch.export.export and a Dim for the batch."""
+
+
+@grading.exercise("04.exportable", cases=_cases, instantiate=True,
+                  probe="course_kit.grading.checks.nb04:probe", hint=HINT)
+def check_exportable(answer) -> None:
+    names = {}
+    labels = list(batches(0, 4)) + ["export"] + list(batches(2, 6))
+    for i, label in enumerate(labels):
+        names[i] = label
+    judge(answer, names)

@@ -1,14 +1,14 @@
 """Checks for notebook 07 (async streams)."""
 from __future__ import annotations
 
-import math
 import random
 
-from .. import exercise
-from ...streams.timeline import Timeline
+from course_kit import grading
+from course_kit.grading.checks import feedback
+from course_kit.streams.timeline import Timeline
 
 
-def _cases() -> list[list[dict]]:
+def _cases() -> list[tuple]:
     """Hand-made timelines plus random ones: overlapping spans, idle at both ends, a CPU-bound loop."""
     cases = [
         [{"lane": "cpu", "name": "prepare 0", "start_s": 0.0, "end_s": 1.0},
@@ -30,22 +30,24 @@ def _cases() -> list[list[dict]]:
             t = gs + g + rng.uniform(0.0, 0.2)
         rng.shuffle(spans)   # the order of the list must not matter
         cases.append(spans)
-    return cases
+    return [(spans,) for spans in cases]
 
 
-@exercise("07.idle_bound")
+HINT = """The window runs from the earliest start to the latest end over all spans. GPU busy time is
+the length of the union of the GPU spans (sort them and merge overlaps, so overlapping spans count
+once). Idle fraction = 1 - busy / window. The speed-up bound is window / the busy time of the
+busiest lane (CPU or GPU)."""
+
+
+@grading.exercise("07.idle_bound", cases=_cases, hint=HINT)
 def idle_bound(fn) -> None:
-    for spans in _cases():
+    for i, (spans,) in enumerate(_cases()):
         tl = Timeline.from_records(spans)
-        idle = tl.idle_fraction("gpu")
-        bound = tl.overlap_speedup_bound(["cpu", "gpu"])
-        found = fn([dict(s) for s in spans])
-        assert isinstance(found, tuple) and len(found) == 2, (
-            f"expected a tuple (gpu_idle_fraction, speedup_bound), found {found!r}")
-        f_idle, f_bound = found
-        assert math.isclose(f_idle, idle, rel_tol=1e-6, abs_tol=1e-9), (
-            f"GPU idle fraction: expected {idle:.6f} (1 - GPU busy time / whole window, overlapping "
-            f"GPU spans counted once), found {f_idle!r} for spans {spans}")
-        assert math.isclose(f_bound, bound, rel_tol=1e-6), (
-            f"speed-up bound: expected {bound:.6f} (window / busy time of the busiest lane), "
-            f"found {f_bound!r} for spans {spans}")
+        what = (f"timeline {i + 1} ({len(spans)} spans"
+                + (", overlapping GPU spans" if i == 1 else ", shuffled" if i > 1 else "") + ")")
+        found = fn(spans)
+        if not (isinstance(found, tuple) and len(found) == 2):
+            raise grading.Wrong(f"{what}: expected a tuple (gpu_idle_fraction, speedup_bound), found "
+                                f"{feedback.describe(found)}")
+        feedback.number(found[0], tl.idle_fraction("gpu"), f"{what}: GPU idle fraction", rel=1e-6, abs_=1e-9)
+        feedback.number(found[1], tl.overlap_speedup_bound(["cpu", "gpu"]), f"{what}: speed-up bound", rel=1e-6)

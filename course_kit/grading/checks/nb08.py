@@ -1,42 +1,54 @@
-"""Checks for notebook 08 (flash attention): the online-softmax update and one tiled block step."""
+"""Checks for notebook 08 (flash attention): the online-softmax update and one tiled block step.
+
+The oracles are the definitions, in float64: after columns 0..j the running max is the max of
+those columns and the running sum is sum(exp(x - max)) over them; likewise for the tiled state.
+Every step is probed from the *right* previous state, so one wrong step cannot hide behind another.
+"""
 from __future__ import annotations
 
 import torch
 
-from .. import exercise
-from ...attention.naive import naive_attention
-from ...attention.online_softmax import online_softmax_update
-from ...attention.tiled import tiled_block_step
+from course_kit import grading
+from course_kit.grading.checks import feedback
+
+_TOL = 1e-9
 
 
-def _close(found, expected, what: str, tol: float = 1e-9) -> None:
-    assert isinstance(found, torch.Tensor), f"{what}: expected a tensor, found {type(found).__name__}"
-    assert found.shape == expected.shape, f"{what}: expected shape {tuple(expected.shape)}, found {tuple(found.shape)}"
-    ok = torch.allclose(found.double(), expected.double(), rtol=tol, atol=tol, equal_nan=False)
-    assert ok, (f"{what}: expected {expected.flatten()[:4].tolist()}..., found {found.flatten()[:4].tolist()}... "
-                f"(max difference {(found.double() - expected.double()).abs().max().item():.3g})")
-
-
-@exercise("08.online_update")
-def online_update(fn) -> None:
+def _update_cases() -> list[tuple]:
     g = torch.Generator().manual_seed(8)
     x = torch.randn(3, 40, generator=g, dtype=torch.float64) * 30 + 500     # exp(x) overflows without a max
+    cases = []
     m = torch.full((3,), float("-inf"), dtype=torch.float64)
     l = torch.zeros(3, dtype=torch.float64)
-    m_ref, l_ref = m.clone(), l.clone()
     for start in range(0, 40, 7):
-        block = x[:, start:start + 7]
-        m, l = fn(m, l, block)
-        m_ref, l_ref = online_softmax_update(m_ref, l_ref, block)
-        _close(m, m_ref, f"running max after columns {start}..{start + block.shape[1] - 1}")
-        _close(l, l_ref, f"running sum after columns {start}..{start + block.shape[1] - 1} "
-                         "(did you rescale the old sum by exp(m_old - m_new)?)")
-    expected_denominator = torch.exp(x - x.amax(-1, keepdim=True)).sum(-1)
-    _close(l, expected_denominator, "final sum (the softmax denominator relative to the max)")
+        cases.append((m.clone(), l.clone(), x[:, start:start + 7].clone()))
+        seen = x[:, :start + 7]
+        m = seen.amax(-1)
+        l = torch.exp(seen - m.unsqueeze(-1)).sum(-1)
+    return cases
 
 
-@exercise("08.tiled_block")
-def tiled_block(fn) -> None:
+UPDATE_HINT = """The new max is the larger of the old max and this block's max. The old sum was taken
+relative to the old max, so rescale it by exp(m_old - m_new) before adding this block's
+sum(exp(x_block - m_new)). Start values are m = -inf and l = 0: exp(-inf) is 0, which is right."""
+
+
+@grading.exercise("08.online_update", cases=_update_cases, hint=UPDATE_HINT)
+def online_update(fn) -> None:
+    for m, l, block in _update_cases():
+        got = fn(m, l, block)
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise grading.Wrong(f"online_update: expected a tuple (m, l), found {feedback.describe(got)}")
+        first = bool(torch.isinf(m).all())
+        where = "the first block" if first else f"a block of {block.shape[-1]} columns after earlier blocks"
+        m_ref = torch.maximum(m, block.amax(-1))
+        l_ref = l * torch.exp(m - m_ref) + torch.exp(block - m_ref.unsqueeze(-1)).sum(-1)
+        feedback.tensor(got[0], m_ref, f"running max on {where}", rtol=_TOL, atol=0)
+        feedback.tensor(got[1], l_ref, f"running sum on {where} (rescaled by exp(m_old - m_new)?)",
+                        rtol=_TOL, atol=0)
+
+
+def _block_cases() -> list[tuple]:
     g = torch.Generator().manual_seed(80)
     q = torch.randn(2, 16, 8, generator=g, dtype=torch.float64)
     k = torch.randn(2, 40, 8, generator=g, dtype=torch.float64) * 3
@@ -45,15 +57,33 @@ def tiled_block(fn) -> None:
     m = torch.full((2, 16), float("-inf"), dtype=torch.float64)
     l = torch.zeros(2, 16, dtype=torch.float64)
     acc = torch.zeros(2, 16, 8, dtype=torch.float64)
-    state_ref = (m.clone(), l.clone(), acc.clone())
-    state = (m, l, acc)
+    cases = []
     for start in range(0, 40, 16):
-        kb, vb = k[:, start:start + 16], v[:, start:start + 16]
-        found = fn(q, kb, vb, *state, scale)
-        assert isinstance(found, tuple) and len(found) == 3, f"expected a tuple (m, l, acc), found {type(found).__name__}"
-        state_ref = tiled_block_step(q, kb, vb, *state_ref, scale)
-        for name, f, e in zip(("m", "l", "acc"), found, state_ref):
-            _close(f, e, f"{name} after key block {start}..{start + kb.shape[1] - 1}")
-        state = found
-    _close(state[2] / state[1].unsqueeze(-1), naive_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0),
-                                                              scale=scale)[0], "acc / l after all key blocks")
+        kb, vb = k[:, start:start + 16].clone(), v[:, start:start + 16].clone()
+        cases.append((q, kb, vb, m.clone(), l.clone(), acc.clone(), scale))
+        s = q @ k[:, :start + 16].transpose(-2, -1) * scale   # everything seen so far, at once
+        m = s.amax(-1)
+        p = torch.exp(s - m.unsqueeze(-1))
+        l, acc = p.sum(-1), p @ v[:, :start + 16]
+    return cases
+
+
+BLOCK_HINT = """Scores s = q_blk @ k_blk^T * scale. New max m_new = max(m, s.amax(-1)); the rescale
+factor alpha = exp(m - m_new). p = exp(s - m_new[..., None]). Then l_new = l * alpha + p.sum(-1)
+and acc_new = acc * alpha[..., None] + p @ v_blk. Normalising (acc / l) happens only at the end."""
+
+
+@grading.exercise("08.tiled_block", cases=_block_cases, hint=BLOCK_HINT)
+def tiled_block(fn) -> None:
+    for i, (q, kb, vb, m, l, acc, scale) in enumerate(_block_cases()):
+        got = fn(q, kb, vb, m, l, acc, scale)
+        if not (isinstance(got, tuple) and len(got) == 3):
+            raise grading.Wrong(f"block_step: expected a tuple (m, l, acc), found {feedback.describe(got)}")
+        s = q @ kb.transpose(-2, -1) * scale
+        m_ref = torch.maximum(m, s.amax(-1))
+        alpha = torch.exp(m - m_ref)
+        p = torch.exp(s - m_ref.unsqueeze(-1))
+        ref = (m_ref, l * alpha + p.sum(-1), acc * alpha.unsqueeze(-1) + p @ vb)
+        where = "the first key block" if i == 0 else f"key block {i + 1} (after earlier blocks)"
+        for name, f, e in zip(("m", "l", "acc"), got, ref):
+            feedback.tensor(f, e, f"{name} on {where}", rtol=_TOL, atol=_TOL)

@@ -1,9 +1,8 @@
 """Checks for notebook 10 (capstone)."""
 from __future__ import annotations
 
-import math
-
-from .. import exercise
+from course_kit import grading
+from course_kit.grading.checks import feedback
 
 
 def _rows() -> list[list[dict]]:
@@ -18,16 +17,22 @@ def _rows() -> list[list[dict]]:
     ]
 
 
-@exercise("10.ratios")
+HINT = """Find the row named "HF generate" and take its throughput as the peer. For every row that
+has a throughput (skipped rows have none), the ratio is its throughput / the peer's. Return a dict
+name -> ratio."""
+
+
+@grading.exercise("10.ratios", cases=lambda: [(rows,) for rows in _rows()], hint=HINT)
 def ratios(fn) -> None:
-    for rows in _rows():
+    for i, rows in enumerate(_rows()):
         peer = next(r["throughput_tok_s"] for r in rows if r["name"] == "HF generate")
         expected = {r["name"]: r["throughput_tok_s"] / peer for r in rows if "throughput_tok_s" in r}
-        found = fn([dict(r) for r in rows])
-        assert isinstance(found, dict), f"expected a dict name -> ratio, found {type(found).__name__}"
-        assert set(found) == set(expected), (
-            f"expected one ratio per measured row {sorted(expected)} (skipped rows left out), "
-            f"found keys {sorted(found)}")
+        found = fn(rows)
+        what = f"table {i + 1} ({len(rows)} rows{', one skipped' if len(expected) < len(rows) else ''})"
+        if not isinstance(found, dict):
+            raise grading.Wrong(f"{what}: expected a dict name -> ratio, found {feedback.describe(found)}")
+        if set(found) != set(expected):
+            raise grading.Wrong(f"{what}: expected one ratio per measured row (skipped rows left out), "
+                                f"found keys {sorted(map(str, found))}", expected=sorted(expected))
         for name, value in expected.items():
-            assert math.isclose(found[name], value, rel_tol=1e-9), (
-                f"{name}: expected throughput / HF generate's = {value:.4g}, found {found[name]!r}")
+            feedback.number(found[name], value, f"{what}: ratio of {name!r}", rel=1e-9)

@@ -2,14 +2,15 @@
 
     course-kit release [--source notebooks] [--out release]
     course-kit grade SUBMISSIONS_DIR --out gradebook.csv [--workers N] [--timeout S]
-                     [--total-timeout S] [--memory-gb G] [--source notebooks]
+                     [--total-timeout S] [--memory-gb G] [--max-bytes B] [--feedback short|full]
+                     [--source notebooks] [--hidden instructor/hidden_checks] [--trusted]
 """
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parents[3]
 DEFAULT_SOURCE = PROJECT / "notebooks"
 
 
@@ -25,11 +26,17 @@ def release_main(args: argparse.Namespace) -> int:
 
 
 def grade_main(args: argparse.Namespace) -> int:
-    from .grade import grade
-    from .runner import Limits
+    from .grade import NoSandbox, grade
+    from .sandbox import Limits
     limits = Limits(cell_timeout=args.timeout, total_timeout=args.total_timeout,
                     memory_bytes=int(args.memory_gb * (1 << 30)), threads=args.threads)
-    grade(Path(args.submissions), Path(args.out), Path(args.source), workers=args.workers, limits=limits)
+    try:
+        grade(Path(args.submissions), Path(args.out), Path(args.source), workers=args.workers, limits=limits,
+              hidden=Path(args.hidden) if args.hidden else None, feedback_level=args.feedback,
+              max_bytes=args.max_bytes, trusted=args.trusted)
+    except NoSandbox as exc:
+        print(f"course-kit grade: {exc}")
+        return 2
     return 0
 
 
@@ -58,10 +65,19 @@ def add_grade_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=_positive(float), default=120.0, help="seconds per cell (default: %(default)s)")
     p.add_argument("--total-timeout", type=_positive(float), default=1800.0,
                    help="seconds per notebook (default: %(default)s)")
-    p.add_argument("--memory-gb", type=_positive(float), default=8.0, help="memory limit per notebook (default: %(default)s)")
+    p.add_argument("--memory-gb", type=_positive(float), default=8.0,
+                   help="memory cap of one notebook's run, all its processes together (default: %(default)s)")
     p.add_argument("--threads", type=_positive(int), default=1, help="CPU threads per notebook (default: %(default)s)")
+    p.add_argument("--max-bytes", type=_positive(int), default=20 << 20,
+                   help="largest notebook file read, in bytes (default: %(default)s)")
+    p.add_argument("--feedback", choices=("short", "full"), default="short",
+                   help="short: what is wrong and on which input; full: also the expected values")
     p.add_argument("--source", default=str(DEFAULT_SOURCE),
-                   help="instructor notebooks with solutions and hidden checks (default: %(default)s)")
+                   help="instructor notebooks with solutions and check cells (default: %(default)s)")
+    p.add_argument("--hidden", default=None,
+                   help="folder of hidden checkers (default: instructor/hidden_checks of the checkout)")
+    p.add_argument("--trusted", action="store_true",
+                   help="run without a sandbox where none can be made (only for code you trust)")
     p.set_defaults(func=grade_main)
     return p
 

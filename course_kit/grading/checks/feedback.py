@@ -1,0 +1,115 @@
+"""Feedback of every exercise check: one or two lines saying what is wrong and on which kind of input.
+
+Checkers raise `Wrong(message, expected=...)`: the message names the input and what is wrong with
+the answer (its type, shape or dtype when that is the problem); the expected value is kept apart
+and shown only with `--feedback full` (the instructor's choice), never in a learner's notebook.
+In a notebook the failure is `CheckFailed`, whose traceback IPython does not print.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+LEVELS = ("short", "full")
+
+
+class Wrong(AssertionError):
+    """A wrong answer: what is wrong (shown), and the expected value (shown only in full feedback)."""
+
+    def __init__(self, message: str, expected: Any = None):
+        super().__init__(message)
+        self.message, self.expected = message, expected
+
+    def render(self, level: str = "short") -> str:
+        if level == "full" and self.expected is not None:
+            return f"{self.message} (expected {_short_repr(self.expected)})"
+        return self.message
+
+
+class StudentRaised(Exception):
+    """The learner's function raised while the checker probed it."""
+
+    def __init__(self, what: str, raised: Any):
+        super().__init__(f"{what}: your code raised {raised!r}")
+        self.raised = raised
+
+
+class CheckFailed(AssertionError):
+    """A failed check in a notebook: IPython shows these lines only, not a traceback."""
+
+    def __init__(self, exercise_id: str, message: str):
+        super().__init__(f"Exercise {exercise_id}: {message}")
+        self.exercise_id, self.message = exercise_id, message
+
+    def _render_traceback_(self) -> list[str]:   # IPython's hook: replaces the traceback
+        return [f"\x1b[31m✗ Exercise {self.exercise_id}: {self.message}\x1b[0m",
+                f"  (grading.hint({self.exercise_id!r}) gives a hint)"]
+
+
+def _short_repr(value: Any, limit: int = 160) -> str:
+    torch = _torch()
+    if torch is not None and isinstance(value, torch.Tensor):
+        flat = value.flatten()[:4].tolist()
+        text = f"tensor{tuple(value.shape)} {value.dtype} starting {flat}"
+    elif isinstance(value, float):
+        text = f"{value:.6g}"
+    else:
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _torch() -> Any:
+    import sys
+    return sys.modules.get("torch")
+
+
+def describe(value: Any) -> str:
+    """A kind-of-value description for messages: 'a tensor of shape (4, 8) and dtype torch.int64'."""
+    torch = _torch()
+    if torch is not None and isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)} items"
+    if isinstance(value, dict):
+        return f"a dict of {len(value)} entries"
+    if value is None:
+        return "None"
+    return f"a value of type {type(value).__name__}"
+
+
+def expect(condition: bool, what: str, expected: Any, found: Any) -> None:
+    """Raise Wrong('<what>: found <found>') unless condition holds; `expected` shows in full feedback."""
+    if not condition:
+        raise Wrong(f"{what}: found {_short_repr(found)}", expected=expected)
+
+
+def number(found: Any, want: float, what: str, rel: float = 1e-9, abs_: float = 0.0) -> None:
+    """A real number within `rel` of `want` (and a number at all)."""
+    if isinstance(found, bool) or not isinstance(found, (int, float)):
+        raise Wrong(f"{what}: expected a number, found {describe(found)}", expected=want)
+    if not math.isclose(found, want, rel_tol=rel, abs_tol=abs_):
+        raise Wrong(f"{what}: {found:.6g} is not within {rel * 100:g}% of the right value", expected=want)
+
+
+def tensor(found: Any, want: Any, what: str, rtol: float = 1e-6, atol: float = 1e-6,
+           exact: bool = False, dtype: bool = True) -> None:
+    """`found` must be a tensor of want's shape (and dtype) holding want's values: the message says
+    which of type, shape, dtype or values is wrong."""
+    import torch
+    if not isinstance(found, torch.Tensor):
+        raise Wrong(f"{what}: expected a tensor, found {describe(found)}", expected=want)
+    if tuple(found.shape) != tuple(want.shape):
+        raise Wrong(f"{what}: the shape is wrong: found {tuple(found.shape)}, expected {tuple(want.shape)}")
+    if dtype and found.dtype != want.dtype:
+        raise Wrong(f"{what}: the dtype is wrong: found {found.dtype}, expected {want.dtype}")
+    a, b = found.detach().to(torch.float64), want.detach().to(torch.float64)
+    if exact:
+        same = (a == b) | (a.isnan() & b.isnan())
+    else:
+        same = torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
+    if not bool(same.all()):
+        bad = int((~same).sum())
+        diff = (a - b).abs()
+        worst = float(diff[~same].nan_to_num(float("inf")).max()) if bad else 0.0
+        raise Wrong(f"{what}: {bad} of {same.numel()} values are wrong "
+                    f"(largest difference {worst:.3g})", expected=want)

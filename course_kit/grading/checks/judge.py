@@ -1,0 +1,95 @@
+"""The checkers' own process in grading: `python -m course_kit.grading.checks.judge ...`.
+
+No learner code ever runs here. The grader starts it (inside its own sandbox) twice over:
+
+    judge prepare --ids 01.a 01.b --out CASES [--hidden DIR]
+        writes each check's plan (the inputs its learner function is called on) as data, once per
+        grading run, for the notebooks' sandboxes to read;
+    judge verdict --job JOB.json --out VERDICTS.json [--hidden DIR]
+        reads the answers one notebook's sandbox wrote (hostile files: codec.read) and writes
+        {"verdicts": {id: {"status", "message"}}}.
+
+Hidden checkers are imported from the instructor's folder given by --hidden.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from . import codec, registry, verdict
+
+
+def _plan(spec: registry.Spec) -> dict:
+    return {"cases": None if spec.cases is None else [tuple(c) for c in spec.cases()],
+            "instantiate": spec.instantiate, "probe": spec.probe}
+
+
+def prepare(ids: list[str], out: Path) -> None:
+    for exercise_id in ids:
+        codec.write(out / exercise_id, _plan(registry.get(exercise_id)))
+
+
+def judge(job: dict) -> dict:
+    answers = Path(job["answers"])
+    level = job.get("level", "short")
+    verdicts = {}
+    for item in job["checks"]:
+        exercise_id, source = item["id"], item.get("source")
+        spec = registry.get(exercise_id)
+        folder = answers / exercise_id
+        try:
+            os.lstat(folder)
+        except OSError:
+            verdicts[exercise_id] = {"status": "none", "message": "no answer was recorded"}
+            continue
+        try:
+            answer = codec.read(folder)
+        except (codec.AnswerError, OSError, ValueError) as exc:
+            verdicts[exercise_id] = {"status": "error", "message": f"the answer could not be read: {exc}"[:300]}
+            continue
+        if isinstance(answer, dict) and "unreadable" in answer:
+            verdicts[exercise_id] = {"status": "error",
+                                     "message": f"the answer could not be recorded: {answer['unreadable']}"[:300]}
+            continue
+        status, message = verdict.outcome(spec, answer, source, level)
+        verdicts[exercise_id] = {"status": status, "message": message}
+    return {"verdicts": verdicts}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="course_kit.grading.checks.judge")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("--ids", nargs="+", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--hidden", default=None)
+    v = sub.add_parser("verdict")
+    v.add_argument("--job", required=True)
+    v.add_argument("--out", required=True)
+    v.add_argument("--hidden", default=None)
+    args = parser.parse_args(argv)
+    import torch
+    torch.set_num_threads(1)
+    if args.hidden:
+        registry.load_hidden(Path(args.hidden))
+    registry.load_public()
+    if args.command == "prepare":
+        unknown = [i for i in args.ids if i not in registry.SPECS]
+        if unknown:
+            print(f"unknown exercise ids in the instructor's check cells: {unknown}", file=sys.stderr)
+            return 2
+        prepare(args.ids, Path(args.out))
+        return 0
+    job = json.loads(Path(args.job).read_text())
+    result = judge(job)
+    tmp = Path(args.out).with_suffix(".tmp")
+    tmp.write_text(json.dumps(result))
+    os.replace(tmp, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,106 @@
+"""The checkers of every notebook's exercises, by id ("01.bf16_round"), and how each is probed.
+
+A checker is registered with `@exercise(id, hint=..., cases=...)`:
+
+- without `cases`, the values passed to `check(id, *values)` are the answer; they travel as data
+  and the checker receives them decoded (`checker(*values)`);
+- with `cases` (a function returning a list of argument tuples), the first value is the learner's
+  function (or class, with `instantiate=True`): it is called on every case where it lives, and the
+  checker receives a stand-in that replays the recorded outputs (`checker(fn, *rest)`). Every call
+  the checker makes must be one of its cases; make cases deterministic (seeded), since the grader
+  computes them once for the sandbox and again in the checker's process;
+- `probe="module:function"` (a public function under course_kit.grading.checks) replaces the plain
+  calls where an answer needs more than calls (exporting a module, several ranks); it returns data
+  and the checker receives a `Probed` holding it;
+- `source=True` passes the learner's submitted source (`source=` keyword) for checks on the text.
+
+Checkers raise `feedback.Wrong`; public ones live in checks/nbNN.py, hidden ones in the
+instructor's tree (instructor/hidden_checks/), which learners never install.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pkgutil
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+ID = re.compile(r"^\d\d\.[A-Za-z0-9_\-]{1,60}$")
+
+
+@dataclass
+class Spec:
+    id: str
+    checker: Callable[..., Any]
+    hint: str = ""
+    cases: Callable[[], list] | None = None
+    instantiate: bool = False
+    probe: str | None = None
+    source: bool = False
+
+
+SPECS: dict[str, Spec] = {}
+
+
+def exercise(exercise_id: str, *, hint: str = "", cases: Callable[[], list] | None = None,
+             instantiate: bool = False, probe: str | None = None,
+             source: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the checker of one exercise id (see the module docstring for the arguments)."""
+    if not ID.match(exercise_id):
+        raise ValueError(f"exercise id {exercise_id!r} must look like 'NN.name'")
+    if probe is not None and not probe.startswith("course_kit.grading.checks."):
+        raise ValueError(f"probe {probe!r} must be a public function under course_kit.grading.checks")
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        SPECS[exercise_id] = Spec(exercise_id, fn, hint.strip(), cases, instantiate, probe, source)
+        return fn
+    return register
+
+
+def load_public(exercise_id: str | None = None) -> None:
+    """Import checker modules: the exercise's own notebook module first (cheap), else all of them."""
+    from course_kit.grading import checks
+    if exercise_id and exercise_id[:2].isdigit():
+        try:
+            importlib.import_module(f"{checks.__name__}.nb{exercise_id[:2]}")
+        except ModuleNotFoundError as exc:
+            if not exc.name or not exc.name.endswith(f"nb{exercise_id[:2]}"):
+                raise
+        if exercise_id in SPECS:
+            return
+    for info in pkgutil.iter_modules(checks.__path__):
+        if info.name.startswith("nb"):
+            importlib.import_module(f"{checks.__name__}.{info.name}")
+
+
+def load_hidden(folder: Path) -> None:
+    """Import every hidden checker module of the instructor's folder (by path, not by package)."""
+    for path in sorted(Path(folder).glob("*.py")):
+        name = f"_course_kit_hidden_{path.stem}"
+        if name in sys.modules:
+            continue
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+
+
+def get(exercise_id: str) -> Spec:
+    if not isinstance(exercise_id, str):
+        raise ValueError(f"exercise id must be a string like '01.bf16_round', got {type(exercise_id).__name__}")
+    if exercise_id not in SPECS:
+        load_public(exercise_id)
+    if exercise_id not in SPECS:
+        raise ValueError(f"unknown exercise {exercise_id!r}; known: {sorted(SPECS)}")
+    return SPECS[exercise_id]
+
+
+def probe_function(path: str) -> Callable[..., Any]:
+    """The public probe function named 'course_kit.grading.checks.module:function'."""
+    module, _, name = path.partition(":")
+    if not module.startswith("course_kit.grading.checks.") or not name.isidentifier():
+        raise ValueError(f"probe {path!r} is not a public checks function")
+    return getattr(importlib.import_module(module), name)

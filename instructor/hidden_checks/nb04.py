@@ -1,0 +1,24 @@
+"""Hidden check of notebook 04 (example): exported from an input that takes the *other* branch, then
+probed on a peak of exactly 1, all zeros and new batch sizes."""
+from __future__ import annotations
+
+import torch
+
+from course_kit import grading
+from course_kit.grading.checks.nb04 import batches, judge
+
+
+def _probes() -> dict[str, torch.Tensor]:
+    edge = torch.full((3, 8), 0.5)
+    edge[1, 2] = -1.0  # a peak of exactly 1: not above 1, so doubled
+    return {**batches(4, 9), "peak exactly 1": edge, "all zeros": torch.zeros(2, 8)}
+
+
+def _cases() -> list[tuple]:
+    return [("export", batches(3, 5)["peak below 1 (batch 5)"])] + [("program", x) for x in _probes().values()]
+
+
+@grading.exercise("04.exportable_hidden", cases=_cases, instantiate=True,
+                  probe="course_kit.grading.checks.nb04:probe")
+def check_exportable_hidden(answer) -> None:
+    judge(answer, {i + 1: name for i, name in enumerate(_probes())})
