@@ -274,17 +274,42 @@ PITFALLS = [
 ]
 
 
-def _try_capture(fn: Callable[[], object]) -> str | None:
-    """Capture fn; return the error text, or None when capture succeeded."""
+def _one_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0] if lines else ''}".strip()
+
+
+def first_error(err: BaseException) -> tuple[str, str | None]:
+    """(the first error of a chain, the one finally raised if it differs).
+
+    A sync inside `torch.cuda.graph(...)` fails first with "operation not permitted when stream is
+    capturing"; leaving the `with` block then ends the capture, which fails again ("operation failed
+    due to a previous error during capture") and that second error is the one Python raises, with
+    the first as its `__context__`. The first one is the lesson, so it is the one reported.
+    """
+    chain, seen = [err], {id(err)}
+    while True:
+        nxt = chain[-1].__cause__ or chain[-1].__context__
+        if nxt is None or id(nxt) in seen:
+            break
+        chain.append(nxt)
+        seen.add(id(nxt))
+    first, last = _one_line(chain[-1]), _one_line(err)
+    return first, (last if last != first else None)
+
+
+def _try_capture(fn: Callable[[], object]) -> dict:
+    """Capture fn; return {"error": first error, "then": the error raised at the end} ({} if it worked)."""
     try:
         capture(fn, warmup=0)
-        return None
+        return {"error": None}
     except Exception as err:  # noqa: BLE001 - the error is the demonstration
         try:
             torch.cuda.synchronize()
         except Exception:  # noqa: BLE001 - the context may stay broken; this process ends soon
             pass
-        return f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
+        first, then = first_error(err)
+        return {"error": first, **({"then, when the capture ends": then} if then else {})}
 
 
 def _pitfall_cpu_sync() -> dict:
@@ -294,7 +319,7 @@ def _pitfall_cpu_sync() -> dict:
         y = x * 2
         if y.sum().item() > 0:  # `.item()` waits for the GPU: a host sync
             y += 1
-    return {"error": _try_capture(syncing)}
+    return _try_capture(syncing)
 
 
 def _pitfall_dynamic_shapes() -> dict:
