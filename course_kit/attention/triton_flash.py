@@ -169,7 +169,7 @@ def _flash_fwd_kernel(Q, K, V, O, LSE,
     # -- epilogue: normalise once, store the rows that exist -----------------------------------
     acc = acc / l_i[:, None]
     # log-sum-exp of the scaled scores in natural log, what a backward pass recomputes P from
-    lse = (m_i + tl.math.log2(l_i)) / LOG2E
+    lse = (m_i + tl.math.log2(l_i)) / 1.4426950408889634     # log2(e): kernels read no Python globals
     tl.store(LSE + off_bh.to(tl.int64) * seq_q + offs_m, lse, mask=offs_m < seq_q)
     tl.store(o_base + offs_m[:, None] * stride_os + offs_d[None, :], acc.to(O.dtype.element_ty),
              mask=offs_m[:, None] < seq_q)
