@@ -267,3 +267,11 @@ def test_explain_io_counts():
     assert "2.3x fewer accesses than standard" in text and "228 KiB" in text
     worse = explain.explain_io_counts(1024, 128, 1e6, 3e6, 1024, 512)
     assert "3x more accesses than standard" in worse
+
+
+def test_traffic_table():
+    t = io.traffic(4, 2, 2, 2, False, sram_bytes=32, element_bytes=2)      # M = 16 elements
+    assert (t["sram_elements"], t["standard"], t["flash"]) == (16, 96, 112)
+    assert [r["bytes"] for r in t["rows"]] == [192.0, 224.0, 2.0 * t["kernel"]]
+    assert t["rows"][0]["name"].startswith("standard")
+    assert io.traffic(4, 2, 2, 2, True, 32, 2, batch_heads=3)["rows"][0]["bytes"] == 3 * 2 * 128

@@ -140,3 +140,24 @@ def sram_here() -> tuple[int, str]:
     if l2:
         return l2, "CPU stand-in: one core's L2 cache (from /sys), as a CPU has no shared memory"
     return CPU_STAND_IN_BYTES, "CPU stand-in: 256 KiB, a typical per-core L2 (this machine does not report one)"
+
+
+def traffic(n: int, d: int, block_m: int, block_n: int, causal: bool, sram_bytes: int,
+            element_bytes: int = 2, batch_heads: int = 1) -> dict:
+    """Every count at one shape, for the tiles widget and notebook 08's table.
+
+    Returns {"sram_elements", "standard", "flash", "kernel"} (element accesses per head),
+    {"theta_standard", "theta_flash"} (the Theorem's scales), and "rows": [{name, accesses, bytes}]
+    for `batch_heads` heads of `element_bytes`-byte elements, standard attention first.
+    """
+    _check(sram_bytes=sram_bytes, element_bytes=element_bytes)
+    m = max(1, sram_bytes // element_bytes)
+    counts = {"standard": standard_accesses(n, d, causal), "flash": flash_accesses(n, d, m),
+              "kernel": kernel_accesses(n, d, block_m, block_n, causal)}
+    names = {"standard": "standard attention (Algorithm 0" + (" + mask)" if causal else ")"),
+             "flash": f"FlashAttention, Algorithm 1 (M = {sram_bytes // 1024:,} KiB)",
+             "kernel": f"course kernel, {block_m}x{block_n} tiles"}
+    return {"sram_elements": m, **counts, "theta_standard": theta_standard(n, d),
+            "theta_flash": theta_flash(n, d, m),
+            "rows": [{"name": names[k], "accesses": counts[k],
+                      "bytes": hbm_bytes(counts[k], batch_heads, element_bytes)} for k in counts]}

@@ -6,6 +6,7 @@ from typing import Iterable, Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..attention import tiles
 from .roofline import roofline_figure, roofline_from_record
 
 COLOURS = {"naive": "#d62728", "tiled (PyTorch)": "#ff7f0e", "triton": "#2ca02c", "triton (TMA)": "#17becf",
@@ -27,33 +28,71 @@ def online_softmax_figure(x: Sequence[float], history: Sequence[tuple[float, flo
     return fig
 
 
-def causal_tiles_figure(seq_len: int, block_m: int, block_n: int) -> go.Figure:
-    """Which (query block, key block) tiles the causal kernel skips, runs unmasked, or runs masked."""
-    if seq_len < 1 or block_m < 1 or block_n < 1:
-        raise ValueError(f"seq_len, block_m and block_n must be >= 1; got {seq_len}, {block_m}, {block_n}")
-    n_m, n_n = -(-seq_len // block_m), -(-seq_len // block_n)
-    z, text = [], []
-    for i in range(n_m):
-        first, last = i * block_m, min(seq_len, (i + 1) * block_m) - 1
-        full_end = (min(seq_len, first) // block_n) * block_n   # as in the kernel
-        row, row_text = [], []
-        for j in range(n_n):
-            k0 = j * block_n
-            if k0 > last:
-                row.append(0), row_text.append("skipped")
-            elif k0 + block_n <= full_end:
-                row.append(1), row_text.append("no mask")
-            else:
-                row.append(2), row_text.append("masked")
-        z.append(row), text.append(row_text)
-    fig = go.Figure(go.Heatmap(z=z, text=text, hovertemplate="query block %{y}, key block %{x}: %{text}<extra></extra>",
-                               colorscale=[[0, "#f0f0f0"], [0.5, "#2ca02c"], [1, "#ff7f0e"]], zmin=0, zmax=2,
-                               showscale=False, xgap=1, ygap=1))
-    counts = {name: sum(r.count(name) for r in text) for name in ("no mask", "masked", "skipped")}
-    fig.update_layout(title=f"Causal tiles, S={seq_len}, {block_m}x{block_n}: " +
-                            ", ".join(f"{v} {k}" for k, v in counts.items()),
+TILE_COLOURS = {"no mask": "#2ca02c", "masked": "#ff7f0e", "skipped": "#f0f0f0"}
+
+
+def causal_tiles_figure(seq_len: int, block_m: int, block_n: int, causal: bool = True) -> go.Figure:
+    """Which (query block, key block) tiles the kernel skips, runs unmasked, or runs masked (tiles.py).
+
+    The title stays short (it is never cut); the counts are in the legend entries.
+    """
+    grid = tiles.tile_grid(seq_len, block_m, block_n, causal)
+    code = {"skipped": 0, "no mask": 1, "masked": 2}
+    z = [[code[state] for state in row] for row in grid]
+    fig = go.Figure(go.Heatmap(z=z, text=grid, hovertemplate="query block %{y}, key block %{x}: %{text}<extra></extra>",
+                               colorscale=[[0, TILE_COLOURS["skipped"]], [0.5, TILE_COLOURS["no mask"]],
+                                           [1, TILE_COLOURS["masked"]]], zmin=0, zmax=2,
+                               showscale=False, xgap=1 if len(grid[0]) <= 64 else 0,
+                               ygap=1 if len(grid) <= 64 else 0, name="tiles", showlegend=False))
+    # one legend entry per kind, with its count: the numbers the learner compares
+    for state, n in tiles.tile_counts(grid).items():
+        fig.add_scatter(x=[None], y=[None], mode="markers", name=f"{state}: {n}",
+                        marker=dict(symbol="square", size=12, color=TILE_COLOURS[state],
+                                    line=dict(color="#999", width=1)))
+    fig.update_layout(title=f"{'Causal' if causal else 'Full'} tiles, S={seq_len}, {block_m}x{block_n}",
                       xaxis_title="key block", yaxis_title="query block", yaxis_autorange="reversed",
-                      height=380, width=480)
+                      height=420, width=620, margin=dict(t=50, r=10),
+                      legend=dict(title="tiles", x=1.02, y=1), plot_bgcolor="white")
+    return fig
+
+
+def traffic_figure(rows: Sequence[Mapping], title: str = "HBM traffic, one forward") -> go.Figure:
+    """Bars of counted HBM bytes (MiB, linear) per algorithm: rows {name, bytes}, standard attention first."""
+    names = [r["name"] for r in rows]
+    mib = [r["bytes"] / 2**20 for r in rows]
+    fig = go.Figure(go.Bar(x=mib, y=names, orientation="h", text=[f"{m:.3g} MiB" for m in mib],
+                           textposition="auto", cliponaxis=False,
+                           marker_color=["#d62728" if "standard" in n else "#2ca02c" for n in names]))
+    fig.update_layout(title=title, xaxis_title="MiB read + written (2²⁰ bytes)", height=90 + 50 * len(rows),
+                      margin=dict(l=10, r=20, t=50, b=40), yaxis_autorange="reversed")
+    return fig
+
+
+def row_walk_figure(walk, step: int) -> go.Figure:
+    """One query row after key block `step` (0-based): its scores (blocks seen in colour), the running
+    max so far, and the output so far against the exact row (first head dims)."""
+    if not 0 <= step < len(walk.steps):
+        raise ValueError(f"step must be in [0, {len(walk.steps) - 1}]; got {step}")
+    st = walk.steps[step]
+    xs = list(range(len(walk.scores)))
+    seen = ["#1f77b4" if i < st["end"] else "#dddddd" for i in xs]
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.6, 0.4],
+                        subplot_titles=(f"scores, keys 0-{st['end'] - 1} folded", "output so far vs exact"))
+    fig.add_scatter(x=xs, y=walk.scores, mode="markers", marker=dict(color=seen, size=5), name="score",
+                    row=1, col=1)
+    ms = [walk.steps[min(i // walk.block_n, step)]["m"] if i < st["end"] else None for i in xs]
+    fig.add_scatter(x=xs, y=ms, mode="lines", line_shape="hv", line=dict(color="#d62728"), name="running max m",
+                    row=1, col=1)
+    dims = list(range(min(16, len(walk.exact))))
+    fig.add_scatter(x=dims, y=[walk.exact[i] for i in dims], mode="markers", name="exact output",
+                    marker=dict(symbol="circle-open", size=10, color="#333"), row=1, col=2)
+    fig.add_scatter(x=dims, y=[st["out"][i] for i in dims], mode="markers", name="acc / l so far",
+                    marker=dict(color="#2ca02c", size=7), row=1, col=2)
+    fig.update_xaxes(title_text="key", row=1, col=1)
+    fig.update_xaxes(title_text="head dim", row=1, col=2)
+    fig.update_layout(title=f"Block {step + 1} of {len(walk.steps)}: m = {st['m']:.3f}, l = {st['l']:.3f}, "
+                            f"max |out - exact| = {st['err']:.1e}", height=360, margin=dict(t=70),
+                      legend=dict(orientation="h", y=-0.25))
     return fig
 
 
@@ -100,12 +139,41 @@ def roofline_points(rows: Iterable[Mapping], shape: Mapping) -> list[dict]:
 
 
 def attention_roofline(rows: Iterable[Mapping], shape: Mapping, roofline_record: Mapping | None = None,
-                       peaks=None, title: str = "") -> go.Figure | None:
-    """The kernels at `shape` on notebook 00's measured roofline (or the datasheet's, if none)."""
+                       peaks=None, title: str = "", dtype: str = "bf16") -> go.Figure | None:
+    """The kernels at `shape` on notebook 00's measured roofline (or the datasheet's, if none),
+    with the ceilings of `dtype` only (the kernels' dtype) and the kernels named in the legend."""
     points = roofline_points(rows, shape)
     title = title or f"Attention on the roofline (S={shape.get('seq_len')}, D={shape.get('head_dim')})"
     if roofline_record is not None:
-        return roofline_from_record(dict(roofline_record), points, title=title)
-    if peaks is not None and peaks.bf16:
-        return roofline_figure(peaks.hbm_gbs, {"bf16 (datasheet)": peaks.bf16}, points, title=title)
-    return None
+        fig = roofline_from_record(dict(roofline_record), points, title=title)
+        summary = roofline_record["summary"]
+        kept = dtype if dtype in summary.get("matmul_tflops", {}) else None
+        if kept:
+            # only this dtype's ceilings: four dtypes' ridge labels fall on top of each other
+            ridge = summary["matmul_tflops"][kept] * 1e3 / summary["copy_gbs"]
+            fig.data = [t for t in fig.data if not t.name.endswith(("(measured)", "(spec)"))
+                        or t.name.startswith(kept + " ")]
+            fig.layout.annotations = [a for a in fig.layout.annotations if a.text == f"ridge {ridge:.0f} FLOP/B"]
+    elif peaks is not None and peaks.bf16:
+        fig = roofline_figure(peaks.hbm_gbs, {"bf16 (datasheet)": peaks.bf16}, points, title=title)
+    else:
+        return None
+    fig.update_xaxes(range=[0, 4])          # 1 to 10,000 FLOP/byte: where attention's kernels sit
+    return _legend_not_labels(fig, {p["name"] for p in points})
+
+
+def _legend_not_labels(fig: go.Figure, names: set[str]) -> go.Figure:
+    """The fused kernels share one intensity, so text labels beside their markers overlap: name
+    them in the legend instead (each marker in its variant's colour and its own symbol)."""
+    symbols = ["diamond", "circle", "square", "triangle-up", "star", "x", "cross", "pentagon", "hexagon"]
+    k = 0
+    for trace in fig.data:
+        if trace.name in names and trace.mode and "text" in trace.mode:
+            trace.mode = "markers"
+            trace.text = None
+            trace.marker.color = COLOURS.get(trace.name, "#333")
+            trace.marker.symbol = symbols[k % len(symbols)]
+            trace.hovertemplate = f"{trace.name}: %{{x:.3g}} FLOP/B, %{{y:.3g}} TFLOP/s<extra></extra>"
+            k += 1
+    fig.update_layout(legend=dict(x=1.02, y=1, xanchor="left"), margin=dict(r=10))
+    return fig
