@@ -21,7 +21,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 
-from .engine.loadgen import ClientTiming
+from .loadgen import ClientTiming
 
 DIALECTS = ("course", "openai")
 
@@ -38,6 +38,20 @@ def request_body(dialect: str, prompt: list[int], max_tokens: int) -> bytes:
     else:
         raise ValueError(f"dialect={dialect!r}; choose one of {DIALECTS}")
     return json.dumps(body).encode()
+
+
+def greedy_tokens(port: int, dialect: str, prompt: list[int], max_tokens: int, host: str = "127.0.0.1",
+                  timeout_s: float = 120.0) -> list[int]:
+    """One non-streamed greedy completion's token ids (for checking that two servers do the same work)."""
+    import httpx
+    body = json.loads(request_body(dialect, prompt, max_tokens))
+    body["stream"] = False
+    r = httpx.post(f"http://{host}:{port}/v1/completions", json=body, timeout=timeout_s)
+    r.raise_for_status()
+    if dialect == "course":
+        return list(r.json()["tokens"])
+    words = r.json()["choices"][0]["text"].split()
+    return [int(w[1:]) for w in words if w[:1] == "t" and w[1:].isdigit()]
 
 
 async def _stream_one(host: str, port: int, body: bytes, dialect: str, timing: ClientTiming, t0: float,

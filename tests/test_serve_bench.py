@@ -7,7 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from course_kit.engine import Engine, loadgen
+from course_kit import loadgen
+from course_kit.engine import Engine
 from course_kit.serve import BackgroundServer
 from course_kit.serve_client import LoadClient, _on_event, request_body
 
@@ -140,6 +141,8 @@ def test_bench_serving_end_to_end_at_smoke_size(smoke_record):
     assert srv["knee_rps"] is None or sweep[0]["rate_rps"] <= srv["knee_rps"] <= sweep[-1]["rate_rps"]
     assert srv["explain"]["sentence"] and s["knee_rps"] == srv["knee_rps"]
     assert "skipped" in s["servers"]["transformers serve"]
+    # the server's greedy tokens are the offline engine's (fp32 on CPU: the same work)
+    assert s["token_agreement_with_offline_engine"]["course"] == 1.0
 
 
 def test_the_figure_draws_the_record(smoke_record):

@@ -35,25 +35,28 @@ import torch
 from .. import bench
 from .. import device as _device
 from ..engine import Engine, SamplingParams
-from ..engine import loadgen
+from .. import loadgen
 from ..models import llama
 from ..serve import free_port
-from ..serve_client import LoadClient, request_body
+from ..serve_client import LoadClient, greedy_tokens, request_body
 
 HOST = "127.0.0.1"
 
 
 def _defaults(size: str, cuda: bool) -> dict:
+    common = {"trace": "chat_bursty", "seed": 0, "threshold_s": 1.0, "stop_ttft_s": 3.0, "peer": True}
     if cuda and size in ("full", "small_gpu"):
-        return {"preset": "smollm-135m", "trace": "chat_bursty", "seed": 0, "fractions": [0.25, 0.5, 0.75, 0.9, 1.0,
-                1.1, 1.25], "duration_s": 6.0, "min_requests": 64, "max_requests": 3000, "probe_requests": 512,
-                "warmup_requests": 16, "max_num_seqs": 64, "block_size": 16, "max_num_batched_tokens": 2048,
-                "workers": 4, "threshold_s": 1.0, "stop_ttft_s": 3.0, "timeout_s": 120.0, "peer": True,
-                "startup_timeout_s": 300.0}
-    return {"preset": "tiny", "trace": "chat_bursty", "seed": 0, "fractions": [0.3, 0.8, 1.5], "duration_s": 1.0,
-            "min_requests": 6, "max_requests": 24, "probe_requests": 12, "warmup_requests": 2, "max_num_seqs": 4,
-            "block_size": 16, "max_num_batched_tokens": 64, "workers": 1, "threshold_s": 1.0, "stop_ttft_s": 3.0,
-            "timeout_s": 60.0, "peer": True, "startup_timeout_s": 120.0}
+        # about 4 minutes on an H200: each server's sweep is bounded by sweep_budget_s
+        return {**common, "preset": "smollm-135m", "fractions": [0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25],
+                "duration_s": 5.0, "min_requests": 48, "max_requests": 3000, "probe_requests": 256,
+                "warmup_requests": 16, "check_requests": 4, "max_num_seqs": 64, "block_size": 16,
+                "max_num_batched_tokens": 2048, "workers": 4, "timeout_s": 120.0, "startup_timeout_s": 300.0,
+                "sweep_budget_s": 75.0}
+    # CPU and smoke: the tiny model, a handful of requests per rate, seconds per server
+    return {**common, "preset": "tiny", "fractions": [0.3, 0.8, 1.5], "duration_s": 1.0, "min_requests": 6,
+            "max_requests": 24, "probe_requests": 12, "warmup_requests": 2, "check_requests": 2, "max_num_seqs": 4,
+            "block_size": 16, "max_num_batched_tokens": 64, "workers": 1, "timeout_s": 60.0,
+            "startup_timeout_s": 120.0, "sweep_budget_s": 60.0}
 
 
 def _dtype_name(value) -> str:
@@ -165,8 +168,11 @@ def sweep(client: LoadClient, dialect: str, lengths: list, vocab: int, p: dict, 
     capacity = probe["completed_rps"]
     if not capacity > 0:
         raise RuntimeError(f"the saturation probe completed nothing: {probe['first_error']}")
-    rows = []
+    rows, t_start, cut = [], time.perf_counter(), False
     for i, frac in enumerate(p["fractions"]):
+        if time.perf_counter() - t_start > p["sweep_budget_s"]:
+            cut = True                                      # a slow server: keep the run's length bounded
+            break
         rate = frac * capacity
         n = loadgen.requests_for(rate, p["duration_s"], p["min_requests"], p["max_requests"])
         plan = loadgen.schedule(n, rate, lengths, p["seed"] + 1 + i)
@@ -181,21 +187,34 @@ def sweep(client: LoadClient, dialect: str, lengths: list, vocab: int, p: dict, 
     rates = [r["rate_rps"] for r in rows]
     knee = loadgen.crossing(rates, [r["ttft_p99_s"] for r in rows], p["threshold_s"])
     return {"probe": probe, "capacity_rps": capacity, "saturated_tok_s": probe["throughput_tok_s"], "rates": rows,
-            "knee_rps": knee, "top_rate_rps": rates[-1],
+            "knee_rps": knee, "top_rate_rps": rates[-1], "sweep_cut_by_budget": cut,
             "explain": loadgen.explain_knee(knee, rates[-1], capacity, p["threshold_s"])}
 
 
+def agreement(port: int, dialect: str, check: list[tuple[list[int], list[int]]]) -> float:
+    """The share of the offline engine's greedy tokens (`check`: prompt, tokens) that the server
+    produces at the same positions: 1.0 when both do exactly the same work."""
+    same = total = 0
+    for prompt, ref in check:
+        got = greedy_tokens(port, dialect, prompt, len(ref))
+        same += sum(a == b for a, b in zip(got, ref))
+        total += len(ref)
+    return same / total if total else float("nan")
+
+
 def _serve_and_sweep(name: str, argv: list[str], port: int, dialect: str, workdir: Path, lengths, vocab, p,
-                     env: dict | None = None) -> dict:
+                     env: dict | None = None, check: list | None = None) -> dict:
     srv = ServerProcess(name, argv, port, workdir, env)
     try:
         srv.wait_ready(p["startup_timeout_s"])
+        same = agreement(port, dialect, check) if check else None
         with LoadClient(port, dialect, workers=p["workers"]) as client:
             out = sweep(client, dialect, lengths, vocab, p,
                         progress=lambda r: print(f"  {name}: {r['rate_rps']:.3g} req/s  p99 TTFT "
                                                  f"{r['ttft_p99_s']:.3g} s  {r['throughput_tok_s']:.4g} tok/s",
                                                  flush=True))
         out["argv"] = argv[1:]
+        out["token_agreement_with_offline_engine"] = same
         return out
     except Exception as err:  # noqa: BLE001 - the record keeps why, and the other server's results
         return {"skipped": f"{type(err).__name__}: {err}"[:800], "log_tail": srv.log_tail(), "argv": argv[1:]}
@@ -215,8 +234,9 @@ def offline_ceiling(model: llama.Transformer, lengths, p: dict) -> dict:
     if [len(o.tokens) for o in outs] != [r.output_len for r in plan]:
         raise AssertionError("offline engine: output lengths differ from the requested ones")
     s = eng.summary(outs)
+    check = [(prompts[i], outs[i].tokens) for i in range(min(p["check_requests"], len(plan)))]
     return {"throughput_tok_s": s["throughput_tok_s"], "rps": len(plan) / s["duration_s"],
-            "duration_s": s["duration_s"], "requests": len(plan)}
+            "duration_s": s["duration_s"], "requests": len(plan), "check": check}
 
 
 @bench.topic("serving", help="TTFT/TPOT against Poisson request rate: course server vs transformers serve")
@@ -245,13 +265,14 @@ def run(params: dict) -> dict:
             torch.cuda.empty_cache()
         port = free_port(HOST)
         servers = {"course": _serve_and_sweep("course-kit serve", course_server_argv(p, dev, dtype, port), port,
-                                              "course", workdir, lengths, vocab, p)}
+                                              "course", workdir, lengths, vocab, p,
+                                              check=ceiling["check"])}
         if p["peer"]:
             port = free_port(HOST)
             servers["transformers serve"] = _serve_and_sweep(
                 "transformers serve", peer_argv(peer_folder, dev, dtype, port), port, "openai", workdir, lengths,
                 vocab, p, env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1",
-                               "HF_HUB_DISABLE_TELEMETRY": "1"})
+                               "HF_HUB_DISABLE_TELEMETRY": "1"}, check=ceiling["check"])
         else:
             servers["transformers serve"] = {"skipped": "peer=False in the parameters"}
     finally:
@@ -275,6 +296,8 @@ def run(params: dict) -> dict:
         "mean_prompt_tokens": float(np.mean([q for q, _ in lengths])),
         "offline_ceiling_tok_s": ceiling["throughput_tok_s"],
         "offline_ceiling_rps": ceiling["rps"],
+        "token_agreement_with_offline_engine": {k: v.get("token_agreement_with_offline_engine")
+                                                for k, v in servers.items()},
         "servers": {k: {kk: vv for kk, vv in v.items() if kk not in ("rates", "probe")} for k, v in servers.items()},
         "knee_rps": course.get("knee_rps"),
         "peer_knee_rps": peer.get("knee_rps"),
@@ -287,6 +310,7 @@ def run(params: dict) -> dict:
             "(tokens - 1) per request; p50/p99 over the requests that completed with all their tokens",
             "capacity_rps: requests completed per second when every probe request is sent at once; the sweep's "
             "rates are fractions of each server's own capacity",
+            f"each server's sweep stops once p99 TTFT passes {p['stop_ttft_s']} s or after {p['sweep_budget_s']} s; "
             f"each rate runs {p['duration_s']} s of arrivals: past capacity the queue grows by (rate - capacity) "
             "x time, so how far past the knee TTFT goes depends on that length",
             "the peer is transformers serve with continuous batching and its default settings, on the same "

@@ -7,7 +7,7 @@
 - `crossing`: the request rate at which a latency first crosses a threshold, interpolated;
 - `explain_knee`: the words for "what just happened", chosen from the numbers.
 
-Nothing here talks to a server or a GPU; `course_kit.serve_client` does the sending.
+Nothing here talks to a server or a GPU (nor imports torch); `course_kit.serve_client` sends.
 """
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .trace import TRACES_DIR
+# data/traces/ (as engine.trace has it; not imported from there so that load-client processes
+# start without importing torch)
+TRACES_DIR = Path(__file__).resolve().parents[1] / "data" / "traces"
 
 
 @dataclass(frozen=True)
