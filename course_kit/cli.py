@@ -19,8 +19,27 @@ class UsageError(Exception):
     """A one-line problem with what the user asked for (exit status 2)."""
 
 
+def emulation_line() -> str | None:
+    """What doctor says about COURSE_KIT_EMULATE: on (and on what), set but off, or nothing."""
+    from . import device
+    requested = device.emulation_requested()
+    if requested is None:
+        return None
+    emu = device.emulation()
+    if emu is None:
+        return (f"Emulation: {device.EMULATE_ENV}={requested.key} is set, but off: no CUDA GPU to run it on.")
+    return (f"Emulation ON: {device.gpu_name()} ({device.EMULATE_ENV}={emu.key}). The course takes the "
+            f"{emu.name}'s decisions (sm_{emu.capability[0]}{emu.capability[1]}, GPU memory capped at "
+            f"{emu.memory_bytes / 2**30:.1f} GiB, {emu.cpu_threads} CPU threads); speeds are the real GPU's, "
+            f"and records go to data/reference/{emu.slug}/.")
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from . import bench, device, reference
+    line = emulation_line()
+    if line:
+        print(line)
+        print()
     print(device.describe())
     caps = device.capabilities()
     print()

@@ -69,6 +69,75 @@ def peaks(name: str | None = None) -> Peaks | None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Emulation: COURSE_KIT_EMULATE=t4 makes a bigger GPU take a T4's decisions (Colab's GPU), so the
+# T4 path runs on CUDA where no T4 is at hand. Its speeds are the real GPU's: everything it shows
+# is labelled "T4 emulated on <real GPU>", and its records go to data/reference/t4-emulated/.
+# ---------------------------------------------------------------------------------------------
+EMULATE_ENV = "COURSE_KIT_EMULATE"
+
+
+@dataclass(frozen=True)
+class Emulated:
+    key: str                       # the value of COURSE_KIT_EMULATE
+    name: str                      # the GPU it stands for
+    capability: tuple[int, int]
+    memory_bytes: int              # GPU memory the process may use
+    cpu_threads: int
+
+    @property
+    def slug(self) -> str:
+        """Where its records go: never the real GPU's folder, never a real T4's."""
+        return f"{self.key}-emulated"
+
+
+# Colab's T4: sm_75, 15 GB usable (torch reports 15,828,320,256 bytes there), 2 vCPUs.
+EMULATIONS = {"t4": Emulated("t4", "T4", (7, 5), 15_828_320_256, 2)}
+_applied: set[str] = set()
+
+
+def emulation_requested() -> Emulated | None:
+    """The GPU named by COURSE_KIT_EMULATE (unset or empty: None); an unknown name is a ValueError."""
+    value = os.environ.get(EMULATE_ENV, "").strip().lower()
+    if not value or value in ("0", "off", "none", "false"):
+        return None
+    if value not in EMULATIONS:
+        raise ValueError(f"{EMULATE_ENV}={value!r} is not an emulated GPU; choose one of {sorted(EMULATIONS)}")
+    return EMULATIONS[value]
+
+
+def emulation() -> Emulated | None:
+    """The emulated GPU, when one is requested and a CUDA GPU is here to run it (on a CPU there is
+    nothing to emulate on: None). The first call applies its limits to this process, once:
+    GPU memory capped (torch.cuda.set_per_process_memory_fraction), CPU threads, and torch's own
+    choices a T4 cannot make (flash and cuDNN SDPA, TF32) turned off."""
+    emu = emulation_requested()
+    if emu is None or not torch.cuda.is_available():
+        return None
+    if emu.key not in _applied:
+        _applied.add(emu.key)
+        torch.set_num_threads(emu.cpu_threads)
+        for index in range(torch.cuda.device_count()):
+            total = torch.cuda.get_device_properties(index).total_memory
+            torch.cuda.set_per_process_memory_fraction(min(1.0, emu.memory_bytes / total), index)
+        if emu.capability < (8, 0):
+            torch.backends.cuda.enable_flash_sdp(False)
+            if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+                torch.backends.cuda.enable_cudnn_sdp(False)
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+    return emu
+
+
+def current_capability() -> tuple[int, int] | None:
+    """The compute capability the course decides for: the emulated GPU's, else the GPU's, else None.
+    Code that picks a kernel or a backend asks this, never torch.cuda.get_device_capability()."""
+    emu = emulation()
+    if emu is not None:
+        return emu.capability
+    return torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+
+
+# ---------------------------------------------------------------------------------------------
 # Capabilities
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -104,7 +173,7 @@ def capabilities(capability: tuple[int, int] | None = ..., *, torch_version: str
     Pass `capability=(7, 5)` to simulate a T4, `(8, 0)` an A100, `(9, 0)` an H100/H200.
     """
     if capability is ...:
-        capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+        capability = current_capability()
     if capability is not None:
         if len(capability) != 2 or not all(isinstance(c, int) and c >= 0 for c in capability):
             raise ValueError(f"capability must be a (major, minor) pair of ints, got {capability!r}")
@@ -138,7 +207,12 @@ def _version_tuple(text: str) -> tuple[int, int]:
 # Description of the machine
 # ---------------------------------------------------------------------------------------------
 def gpu_name() -> str | None:
-    return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    """The GPU's name; under emulation "T4 emulated on NVIDIA H200" (records and banners carry it)."""
+    if not torch.cuda.is_available():
+        return None
+    emu = emulation()
+    real = torch.cuda.get_device_name()
+    return f"{emu.name} emulated on {real}" if emu is not None else real
 
 
 def driver_version() -> str | None:
@@ -194,10 +268,15 @@ def describe() -> Description:
     d = Description()
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        d["gpu"] = props.name
+        emu = emulation()
+        d["gpu"] = gpu_name()
         d["gpu count"] = torch.cuda.device_count()
         d["compute capability"] = caps.sm
-        d["gpu memory (GiB)"] = round(props.total_memory / 2**30, 1)
+        d["gpu memory (GiB)"] = round(min(props.total_memory, emu.memory_bytes if emu else props.total_memory)
+                                      / 2**30, 1)
+        if emu is not None:
+            d["emulation"] = (f"{EMULATE_ENV}={emu.key}: {emu.name} decisions ({caps.sm}, memory capped, "
+                              f"{emu.cpu_threads} CPU threads) at {props.name}'s speed")
         d["driver"] = driver_version()
         d["CUDA (torch build)"] = torch.version.cuda
     else:
@@ -205,6 +284,8 @@ def describe() -> Description:
         d["gpu count"] = 0
     d["cpu"] = platform.processor() or platform.machine()
     d["cpu cores"] = os.cpu_count()
+    if emulation_requested() is not None and not torch.cuda.is_available():
+        d["emulation"] = f"{EMULATE_ENV}={emulation_requested().key} is set, but off: no CUDA GPU to run it on"
     d["python"] = platform.python_version()
     d["torch"] = torch.__version__
     d["triton"] = _package_version("triton") or "not installed"
@@ -236,12 +317,15 @@ def size_class(capability: tuple[int, int] | None = ..., memory_gib: float | Non
     """smoke (CI), cpu, small_gpu (a T4 or anything under 40 GiB) or full (A100/H100/H200 class)."""
     if is_smoke():
         return "smoke"
+    emu = emulation()
     if capability is ...:
-        capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+        capability = current_capability()
     if capability is None:
         return "cpu"
     if memory_gib is None:
         memory_gib = torch.cuda.get_device_properties(0).total_memory / 2**30 if torch.cuda.is_available() else 0
+        if emu is not None:
+            memory_gib = min(memory_gib, emu.memory_bytes / 2**30)
     return "full" if memory_gib >= 40 and capability >= (8, 0) else "small_gpu"
 
 

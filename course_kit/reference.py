@@ -38,9 +38,14 @@ def slug_for(name: str | None, count: int = 1) -> str:
 
 
 def gpu_slug() -> str:
-    """This machine's slug: the GPU model and, when there are several GPUs, their count."""
+    """This machine's slug: the GPU model and, when there are several GPUs, their count; under
+    COURSE_KIT_EMULATE=t4, "t4-emulated" (never a real T4's or the real GPU's records)."""
     if not torch.cuda.is_available():
         return "cpu"
+    from .device import emulation
+    emu = emulation()
+    if emu is not None:
+        return emu.slug
     return slug_for(torch.cuda.get_device_name(0), torch.cuda.device_count())
 
 
