@@ -120,6 +120,21 @@ def test_bad_requests_are_refused(model):
         SamplingParams(top_p=0.0)
 
 
+def test_engine_config_is_resolved_once_and_handed_whole_to_scheduler_and_runner(model):
+    from course_kit.engine import EngineConfig
+    cfg = EngineConfig(max_num_seqs=3, block_size=4, max_model_len=10 ** 6)
+    engine = Engine(model, cfg)
+    max_pos = model.config.max_seq_len
+    assert engine.config.max_model_len == max_pos == engine.max_model_len     # capped at the model's
+    assert engine.config.num_blocks == 3 * -(-max_pos // 4) == engine.blocks.num_blocks
+    assert engine.config.resolved(max_pos) == engine.config                    # resolving is idempotent
+    assert engine.scheduler.config is engine.config and engine.runner.config == engine.config
+    assert engine.runner.max_blocks_per_seq == -(-max_pos // 4)
+    assert cfg.num_blocks is None and cfg.max_model_len == 10 ** 6            # the caller's copy is kept
+    with pytest.raises(ValueError, match="block_size=0"):
+        Engine(model, EngineConfig(block_size=0))
+
+
 def _mixed_batch(cfg, device="cpu"):
     """Two decodes and two prefill chunks (one with cached context) over shuffled blocks."""
     torch.manual_seed(0)

@@ -4,6 +4,7 @@ import random
 import pytest
 
 from course_kit.engine.block_manager import BlockManager
+from course_kit.engine.config import EngineConfig
 from course_kit.engine.scheduler import Scheduler, admit
 from course_kit.engine.sequence import SamplingParams, Sequence, Status
 
@@ -43,7 +44,7 @@ def test_admit_rule():
 
 def test_continuous_respects_budget_slots_and_finishes_all():
     bm = BlockManager(64, 4)
-    sched = Scheduler(bm, "continuous", max_num_seqs=3, max_num_batched_tokens=8)
+    sched = Scheduler(EngineConfig(policy="continuous", max_num_seqs=3, max_num_batched_tokens=8), bm)
     seqs = [make(f"r{i}", n, o) for i, (n, o) in enumerate([(5, 3), (12, 6), (2, 9), (7, 1), (20, 4)])]
 
     def check(s, out):
@@ -58,7 +59,7 @@ def test_continuous_respects_budget_slots_and_finishes_all():
 
 def test_static_waits_for_a_full_batch_and_pads_finished_members():
     bm = BlockManager(64, 4)
-    sched = Scheduler(bm, "static", max_num_seqs=2)
+    sched = Scheduler(EngineConfig(policy="static", max_num_seqs=2), bm)
     a, b = make("a", 3, 2), make("b", 5, 6)
     sched.add(a)
     assert sched.schedule(0.0, more_coming=True).empty          # waits for a second request
@@ -78,7 +79,7 @@ def test_static_waits_for_a_full_batch_and_pads_finished_members():
 
 def test_dynamic_leaves_after_max_wait():
     bm = BlockManager(64, 4)
-    sched = Scheduler(bm, "dynamic", max_num_seqs=4, max_wait_s=0.5)
+    sched = Scheduler(EngineConfig(policy="dynamic", max_num_seqs=4, max_wait_s=0.5), bm)
     sched.add(make("a", 3, 2, arrival=0.0))
     assert sched.schedule(0.2, more_coming=True).empty
     out = sched.schedule(0.6, more_coming=True)
@@ -87,7 +88,7 @@ def test_dynamic_leaves_after_max_wait():
 
 def test_preemption_frees_blocks_and_everything_finishes():
     bm = BlockManager(12, 4)                                       # 48 slots for ~100 tokens of demand
-    sched = Scheduler(bm, "continuous", max_num_seqs=4, max_num_batched_tokens=16)
+    sched = Scheduler(EngineConfig(policy="continuous", max_num_seqs=4, max_num_batched_tokens=16), bm)
     rng = random.Random(0)
     seqs = [make(f"r{i}", rng.randint(2, 10), rng.randint(5, 20)) for i in range(10)]
     run(sched, seqs)
@@ -98,7 +99,7 @@ def test_preemption_frees_blocks_and_everything_finishes():
 
 def test_abort_frees_blocks():
     bm = BlockManager(16, 4)
-    sched = Scheduler(bm, "continuous", max_num_seqs=4, max_num_batched_tokens=32)
+    sched = Scheduler(EngineConfig(policy="continuous", max_num_seqs=4, max_num_batched_tokens=32), bm)
     a, b = make("a", 9, 50), make("b", 4, 50)
     sched.add(a)
     sched.add(b)
@@ -114,16 +115,17 @@ def test_abort_frees_blocks():
 def test_bad_settings_are_explained():
     bm = BlockManager(4, 4)
     with pytest.raises(ValueError, match="policy='greedy'"):
-        Scheduler(bm, "greedy")
+        Scheduler(EngineConfig(policy="greedy"), bm)
     with pytest.raises(ValueError, match="max_num_batched_tokens=4 must be >= max_num_seqs=8"):
-        Scheduler(bm, "continuous", max_num_seqs=8, max_num_batched_tokens=4)
-    sched = Scheduler(bm, "continuous", max_num_seqs=2, max_num_batched_tokens=8)
+        Scheduler(EngineConfig(policy="continuous", max_num_seqs=8, max_num_batched_tokens=4), bm)
+    sched = Scheduler(EngineConfig(policy="continuous", max_num_seqs=2, max_num_batched_tokens=8), bm)
     with pytest.raises(ValueError, match="more than the 16"):
         sched.add(make("big", 10, 10))
 
 
 def test_postprocess_refuses_tokens_that_do_not_match_the_schedule():
-    sched = Scheduler(BlockManager(16, 4), "continuous", max_num_seqs=2, max_num_batched_tokens=8)
+    sched = Scheduler(EngineConfig(policy="continuous", max_num_seqs=2, max_num_batched_tokens=8),
+                      BlockManager(16, 4))
     sched.add(make("a", 5, 3))
     sched.add(make("b", 6, 3))
     out = sched.schedule(0.0)
@@ -139,7 +141,7 @@ def test_static_batch_holds_finished_members_caches_until_it_ends():
     its cache (as padded generate computes it), so the batch keeps its blocks until the last
     member is done, then frees them all."""
     bm = BlockManager(num_blocks=16, block_size=4)
-    sched = Scheduler(bm, "static", max_num_seqs=2)
+    sched = Scheduler(EngineConfig(policy="static", max_num_seqs=2), bm)
     short, long_ = make("a", 3, 1), make("b", 3, 3)
     sched.add(short)
     sched.add(long_)

@@ -13,32 +13,16 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
 
 import torch
 
 from ..models import llama
 from .block_manager import BlockManager
+from .config import EngineConfig
 from .metrics import RequestOutput, StepRecord, summarize
 from .model_runner import ModelRunner, StepInputs
 from .scheduler import Scheduler, SchedulerOutput
 from .sequence import SamplingParams, Sequence, Status
-
-
-@dataclass
-class EngineConfig:
-    policy: str = "continuous"           # "static" | "dynamic" | "continuous"
-    block_size: int = 16
-    num_blocks: int | None = None        # default: room for max_num_seqs full-length requests
-    max_num_seqs: int = 16               # batch slots
-    max_num_batched_tokens: int = 512    # continuous: new tokens per step (chunked prefill)
-    max_wait_s: float = 0.05             # dynamic: longest a request waits for its batch to fill
-    max_model_len: int | None = None     # default: the model's max positions
-    prefix_caching: bool = False
-    cuda_graphs: bool | None = None      # default: on when the model is on CUDA
-    varlen: bool | None = None           # one Triton kernel for mixed steps (default: on CUDA)
-    fuse: bool | str | None = None       # compile the blocks around attention (default: on CUDA)
-    check_invariants: bool = False       # check the block manager after every step (tests)
 
 
 class Engine:
@@ -48,17 +32,12 @@ class Engine:
             if not hasattr(cfg, k):
                 raise ValueError(f"unknown engine option {k!r}; choices: {sorted(vars(EngineConfig()))}")
             setattr(cfg, k, v)
-        self.config = cfg
+        self.config = cfg = cfg.resolved(model.config.max_seq_len)
         self.model = model
-        max_len = min(cfg.max_model_len or model.config.max_seq_len, model.config.max_seq_len)
-        self.max_model_len = max_len
-        blocks_per_seq = -(-max_len // cfg.block_size)
-        num_blocks = cfg.num_blocks or cfg.max_num_seqs * blocks_per_seq
-        self.blocks = BlockManager(num_blocks, cfg.block_size, cfg.prefix_caching)
-        self.scheduler = Scheduler(self.blocks, cfg.policy, cfg.max_num_seqs, cfg.max_num_batched_tokens,
-                                   cfg.max_wait_s, max_len)
-        self.runner = ModelRunner(model, num_blocks, cfg.block_size, blocks_per_seq, cfg.max_num_seqs,
-                                  cfg.cuda_graphs, cfg.varlen, cfg.max_num_batched_tokens, cfg.fuse)
+        self.max_model_len = cfg.max_model_len
+        self.blocks = BlockManager(cfg.num_blocks, cfg.block_size, cfg.prefix_caching)
+        self.scheduler = Scheduler(cfg, self.blocks)
+        self.runner = ModelRunner(model, cfg)
         self.steps: list[StepRecord] = []
         self.sequences: dict[str, Sequence] = {}
         self._ids = itertools.count()

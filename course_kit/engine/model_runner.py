@@ -25,6 +25,7 @@ from ..attention import triton_installed
 from ..attention.engine_step import TILE_M, EngineBatch, engine_attention
 from ..models import llama, sampling
 from .block_manager import BlockManager
+from .config import EngineConfig
 from .scheduler import Scheduled, SchedulerOutput
 
 def fuse_around_attention(model: llama.Transformer, backend: str | None = "inductor") -> None:
@@ -85,9 +86,12 @@ class StepInputs:
 
 
 class ModelRunner:
-    def __init__(self, model: llama.Transformer, num_blocks: int, block_size: int, max_blocks_per_seq: int,
-                 max_num_seqs: int, cuda_graphs: bool | None = None, varlen: bool | None = None,
-                 max_num_batched_tokens: int = 512, fuse: bool | str | None = None) -> None:
+    def __init__(self, model: llama.Transformer, config: EngineConfig) -> None:
+        config = config.resolved(model.config.max_seq_len)
+        self.config = config
+        num_blocks, block_size, max_num_seqs = config.num_blocks, config.block_size, config.max_num_seqs
+        cuda_graphs, varlen, fuse = config.cuda_graphs, config.varlen, config.fuse
+        max_num_batched_tokens = config.max_num_batched_tokens
         self.model = model
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
@@ -96,7 +100,7 @@ class ModelRunner:
         self.scratch_block = num_blocks
         self._scratch_table = np.array([num_blocks], dtype=np.int32)
         self.block_size = block_size
-        self.max_blocks_per_seq = max_blocks_per_seq
+        self.max_blocks_per_seq = config.max_blocks_per_seq
         self.max_num_seqs = max_num_seqs
         model.set_attention(paged=engine_attention)
         on_cuda = self.device.type == "cuda"

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from .block_manager import BlockManager
+from .config import EngineConfig
 from .sequence import Sequence, Status
 
 POLICIES = ("static", "dynamic", "continuous")
@@ -81,9 +82,9 @@ class SchedulerOutput:
 class Scheduler:
     """Holds the waiting queue and the running set; `schedule()` then `postprocess()` each step."""
 
-    def __init__(self, blocks: BlockManager, policy: str = "continuous", max_num_seqs: int = 32,
-                 max_num_batched_tokens: int = 512, max_wait_s: float = 0.05,
-                 max_model_len: int | None = None) -> None:
+    def __init__(self, config: EngineConfig, blocks: BlockManager) -> None:
+        policy, max_num_seqs = config.policy, config.max_num_seqs
+        max_num_batched_tokens = config.max_num_batched_tokens
         if policy not in POLICIES:
             raise ValueError(f"policy={policy!r}; choose one of {POLICIES}")
         if max_num_seqs < 1:
@@ -91,12 +92,13 @@ class Scheduler:
         if policy == "continuous" and max_num_batched_tokens < max_num_seqs:
             raise ValueError(f"max_num_batched_tokens={max_num_batched_tokens} must be >= "
                              f"max_num_seqs={max_num_seqs}, so every running decode fits a step")
+        self.config = config
         self.blocks = blocks
         self.policy = policy
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
-        self.max_wait_s = max_wait_s
-        self.max_model_len = max_model_len
+        self.max_wait_s = config.max_wait_s
+        self.max_model_len = config.max_model_len
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []          # in admission order
         self.batch: list[Sequence] = []            # static/dynamic: the members of the batch
