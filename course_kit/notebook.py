@@ -26,15 +26,76 @@ def source(obj: Any) -> str:
     return inspect.getsource(obj)
 
 
-def show_source(obj: Any) -> None:
-    """Display the source of `obj` with syntax highlighting (what you read is what runs)."""
+FOLD_AT = 30     # sources longer than this are folded
+HEAD = 25        # lines shown of a folded source (from its start, or from `span`)
+
+
+def fold(text: str, span: "tuple[int, int] | str | None" = None, head: int = HEAD) -> tuple[str, int]:
+    """The lines of a source worth showing at once, and how many are left out.
+
+    Short sources (at most FOLD_AT lines) are shown whole. Otherwise the first `head` lines, or a
+    chosen `span`: (first, last) line numbers (1-based, inclusive) or the text of the line to start
+    from (then `head` lines from there). Left-out stretches are marked by a comment line.
+    """
+    lines = text.rstrip("\n").splitlines()
+    n = len(lines)
+    if span is None and n <= FOLD_AT:
+        return text, 0
+    if isinstance(span, str):
+        start = next((i for i, line in enumerate(lines) if span in line), None)
+        if start is None:
+            raise ValueError(f"span {span!r} is not a line of this source")
+        first, last = start + 1, min(n, start + head)
+    elif span is not None:
+        first, last = span
+        if not (1 <= first <= last <= n):
+            raise ValueError(f"span {span!r} must satisfy 1 <= first <= last <= {n} (the source's lines)")
+    else:
+        first, last = 1, min(n, head)
+    shown = []
+    if first > 1:                       # the signature first, then the span
+        shown.append(lines[0])
+        first = max(first, 2)
+        if first > 2:
+            shown.append(f"    # ... {first - 2} lines ...")
+    shown += lines[first - 1:last]
+    if last < n:
+        shown.append(f"    # ... {n - last} more lines ...")
+    return "\n".join(shown) + "\n", n - (last - first + 1) - (first > 1)
+
+
+def _code_html(text: str) -> str:
+    from IPython.display import Code
+    return Code(text, language="python")._repr_html_()
+
+
+def show_source(obj: Any, span: "tuple[int, int] | str | None" = None, head: int = HEAD) -> None:
+    """Display the source of `obj` (what you read is what runs). A long source is folded to its first
+    `head` lines, or to `span` (see `fold`), with the whole source one click away."""
     text = source(obj)
+    shown, hidden = fold(text, span, head)
     try:
         from IPython.display import Code
     except ImportError:
-        print(text)
+        print(shown)
         return
-    _display(Code(text, language="python"))
+    if not hidden:
+        _display(Code(text, language="python"))
+        return
+    name = getattr(obj, "__qualname__", getattr(obj, "__name__", "this source"))
+    total = len(text.rstrip("\n").splitlines())
+    html = (f"{_code_html(shown)}<details><summary>Show all {total} lines of <code>{name}</code></summary>"
+            f"{_code_html(text)}</details>")
+    _display_bundle({"text/html": html, "text/plain": shown})
+
+
+def _display_bundle(bundle: dict) -> None:
+    try:
+        from IPython.display import display
+    except ImportError:
+        print(bundle.get("text/plain", ""))
+        return
+    display(bundle, raw=True)
 
 
 def md(text: str) -> None:
