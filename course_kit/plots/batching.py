@@ -96,3 +96,47 @@ def throughput_bars(record: dict, title: str | None = None) -> go.Figure:
     fig.update_layout(title=title or f"Throughput on {env.get('gpu') or 'this machine'} (output tokens/s)",
                       yaxis_title="output tokens/s", yaxis_type="log", height=430)
     return fig
+
+
+def live_figure(run: dict) -> go.Figure:
+    """Notebook 06's live-engine widget: the slot Gantt of one run (top) and each request's TTFT and
+    TPOT against its arrival (bottom), both in seconds on one time axis."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.62, 0.38], vertical_spacing=0.1,
+                        subplot_titles=(f"{run['policy']}: requests over {run['slots']} slots",
+                                        "per request, at its arrival: TTFT and TPOT (ms)"))
+    rows = run["intervals"]
+    for phase, opacity in (("prefill", 0.4), ("decode", 1.0)):
+        sel = [r for r in rows if r["phase"] == phase]
+        if sel:
+            fig.add_trace(go.Bar(x=[r["end"] - r["start"] for r in sel], base=[r["start"] for r in sel],
+                                 y=[r["slot"] for r in sel], orientation="h", opacity=opacity, name=phase,
+                                 marker_color=[_request_color(r["request"]) for r in sel], marker_line_width=0,
+                                 customdata=[r["request"] for r in sel],
+                                 hovertemplate="request %{customdata}<br>slot %{y}<extra></extra>"), row=1, col=1)
+    lat = run["latencies"]
+    for key, name, symbol in (("ttft_s", "TTFT", "circle"), ("tpot_s", "TPOT", "diamond")):
+        fig.add_trace(go.Scatter(x=[r["arrival"] for r in lat], y=[r[key] * 1e3 for r in lat], mode="markers",
+                                 name=name, marker_symbol=symbol, customdata=[r["request"] for r in lat],
+                                 hovertemplate=f"request %{{customdata}}<br>{name} %{{y:.1f}} ms<extra></extra>"),
+                      row=2, col=1)
+    fig.update_yaxes(title_text="slot", autorange="reversed", dtick=1, row=1, col=1)
+    fig.update_yaxes(title_text="ms", rangemode="tozero", row=2, col=1)
+    fig.update_xaxes(title_text="time since the first arrival (s)", row=2, col=1)
+    fig.update_layout(barmode="overlay", height=560, bargap=0.15, margin=dict(t=50, b=40, l=10, r=10),
+                      legend=dict(orientation="h", y=-0.12))
+    return fig
+
+
+def block_usage_facets(usage: dict[str, dict], title: str = "KV-cache blocks in use") -> go.Figure:
+    """Block usage with one small panel per run, on one time axis: readable where one panel of many
+    overlapping lines is not."""
+    names = list(usage)
+    fig = make_subplots(rows=len(names), cols=1, shared_xaxes=True, subplot_titles=names,
+                        vertical_spacing=min(0.08, 0.3 / max(len(names), 1)))
+    for i, (name, u) in enumerate(usage.items(), start=1):
+        fig.add_trace(go.Scatter(x=u["t"], y=u["used"], name=name, mode="lines", line_shape="hv",
+                                 fill="tozeroy", showlegend=False), row=i, col=1)
+        fig.update_yaxes(range=[0, 1.05], tickformat=".0%", row=i, col=1)
+    fig.update_xaxes(title_text="time (s)", row=len(names), col=1)
+    fig.update_layout(title=title, height=130 * len(names) + 100, margin=dict(t=70, b=40))
+    return fig

@@ -52,19 +52,36 @@ import httpx
 import numpy as np
 import torch
 
-from course_kit import bench, notebook, plots
+from course_kit import bench, narrate, notebook, plots
 from course_kit.benchmarks import batching as batching_bench
 from course_kit.engine import BlockManager, Engine, SamplingParams, Sequence, admit, metrics, trace
 from course_kit.engine import scheduler as sched_mod
 from course_kit.models import llama
 from course_kit.notebook import md, show_source
 from course_kit.plots import batching as bplots
+from course_kit.widgets import show
+from course_kit.widgets.batching import LiveEngine
+
+
+COLUMNS = {   # column -> (header, format of one value): times in ms, shares in %, counts with separators
+    "throughput_tok_s": ("throughput (tok/s)", lambda v: f"{v:,.0f}"),
+    "ttft_p50_s": ("TTFT p50 (ms)", lambda v: f"{v * 1e3:,.1f}"),
+    "ttft_p99_s": ("TTFT p99 (ms)", lambda v: f"{v * 1e3:,.1f}"),
+    "tpot_p50_s": ("TPOT p50 (ms)", lambda v: f"{v * 1e3:,.2f}"),
+    "latency_p50_s": ("latency p50 (s)", lambda v: f"{v:,.2f}"),
+    "latency_p99_s": ("latency p99 (s)", lambda v: f"{v:,.2f}"),
+    "padding_waste": ("padding", lambda v: f"{v:.0%}"),
+    "slot_occupancy": ("slots busy", lambda v: f"{v:.0%}"),
+    "steps": ("steps", lambda v: f"{int(v):,}"),
+    "preemptions": ("preemptions", lambda v: f"{int(v):,}"),
+}
 
 
 def table(rows: dict, cols: list[str]) -> None:
-    """Show {name: {column: value}} as a markdown table (3 significant digits)."""
-    head = "| | " + " | ".join(c.replace("_", " ") for c in cols) + " |\n|---" + "|---" * len(cols) + "|\n"
-    md(head + "\n".join(f"| **{n}** | " + " | ".join(f"{r[c]:.3g}" for c in cols) + " |" for n, r in rows.items()))
+    """Show {name: {column: value}} as a markdown table with units in the headers."""
+    fmt = lambda c, v: "n/a" if v is None or v != v else COLUMNS[c][1](v)   # noqa: E731 (nan: no data)
+    head = ("| | " + " | ".join(COLUMNS[c][0] for c in cols) + " |\n|---" + "|---:" * len(cols) + "|\n")
+    md(head + "\n".join(f"| **{n}** | " + " | ".join(fmt(c, r[c]) for c in cols) + " |" for n, r in rows.items()))
 
 if not GPU:
     # the tiny model is far too small to gain from several threads; one thread avoids contention
@@ -141,7 +158,7 @@ Engine(model, **opts).generate(prompts[:2], params[:2])        # warm-up: first 
 runs, outputs = {}, {}
 for policy in sched_mod.POLICIES:
     eng = Engine(model, policy=policy, **opts)
-    outs = eng.generate(prompts, params, progress=True)
+    outs = eng.generate(prompts, params)
     runs[policy], outputs[policy] = eng, outs
 
 def agreement(a, b):
@@ -174,7 +191,7 @@ table(s, ["throughput_tok_s", "ttft_p50_s", "tpot_p50_s", "latency_p50_s", "late
 
 # %%
 md(f"Continuous batching finished the workload at **{s['continuous']['throughput_tok_s']:,.0f} "
-   f"tokens/s**, {s['continuous']['throughput_tok_s'] / s['static']['throughput_tok_s']:.2f}x "
+   f"tokens/s**, {narrate.rate(s['continuous']['throughput_tok_s'], s['static']['throughput_tok_s'])} "
    f"static batching, in {int(s['continuous']['steps'])} steps instead of {int(s['static']['steps'])}. "
    f"Static batches spent **{s['static']['padding_waste']:.0%}** of their computed tokens on "
    f"padding and kept only **{s['static']['slot_occupancy']:.0%}** of their slots busy, against "
@@ -192,7 +209,7 @@ md(f"Continuous batching finished the workload at **{s['continuous']['throughput
 bplots.gantt({p: metrics.slot_intervals(runs[p].steps) for p in runs})
 
 # %%
-bplots.block_usage({p: metrics.block_usage(runs[p].steps, runs[p].blocks.num_blocks) for p in runs})
+bplots.block_usage_facets({p: metrics.block_usage(runs[p].steps, runs[p].blocks.num_blocks) for p in runs})
 
 # %% [markdown]
 # Static batching reserves each member's *longest possible* length up front (as a static cache
@@ -243,6 +260,20 @@ for factor in ([0.5, 2.0] if P["smoke"] else [0.25, 0.5, 1.0, 2.0]):
         outs = eng.generate(t_prompts, t_params, arrivals=arr)
         points.append({"name": policy, "label": f"{factor}x", **eng.summary(outs)})
 bplots.throughput_latency(points, latency="latency_p99_s")
+
+# %% [markdown]
+# ### Try it: the engine, live
+# Pick a policy, the number of batch slots, the prefill chunk (the token budget per step) and the
+# arrival rate, then press **Run**: the widget replays a seeded workload of small requests through
+# the same `Engine` (the `tiny` model on the CPU, about a second), and redraws which request held
+# which slot when, with each request's TTFT and TPOT at its arrival time. Try static against
+# continuous at a high rate, then a single slot, then a tiny chunk.
+
+# %%
+live_model = model if not GPU else llama.Transformer.from_preset("tiny", seed=SEED)   # the widget runs on the CPU
+live = LiveEngine(live_model, policy="continuous", slots=4, chunk=64, rate=20.0,
+                  n_requests=8 if P["smoke"] else 12)
+show(live.widget, live.figure, "the live-engine widget")
 
 # %% [markdown]
 # ## 4. When blocks run out: preemption
@@ -329,10 +360,10 @@ else:
     mode = sm.get("continuous_vs_static_mode", "sync")
     md(f"On **{record['environment'].get('gpu', 'the GPU')}**, both in the engine's {mode} loop: continuous "
        f"batching reached **{x(pairs[mode][1]['throughput_tok_s'], ',.0f')} tokens/s**, "
-       f"**{x(sm['continuous_vs_static'], '.2f')}x** static batching (target 1.6x). On the same {sm['peer_subset_requests']} requests the engine (the "
-       f"faster of its sync and async modes, notebook 07) was "
-       f"**{x(sm['engine_vs_hf_generate'])}x** HF `generate` and **{x(sm['engine_vs_hf_generate_batch'])}x** "
-       f"HF `generate_batch`.")
+       f"**{x(sm['continuous_vs_static'], '.2f')}x** the throughput of static batching. On the same "
+       f"{sm['peer_subset_requests']} requests the engine (the faster of its sync and async modes, notebook 07) "
+       f"reached **{x(sm['engine_vs_hf_generate'])}x** the throughput of HF `generate` and "
+       f"**{x(sm['engine_vs_hf_generate_batch'])}x** that of HF `generate_batch`.")
     rows = []
     for loop, (st, co) in pairs.items():
         gain = metrics.policy_gain(st, co)
@@ -356,7 +387,13 @@ if record is not None and record.get("timelines"):
     tl = record["timelines"]
     display(bplots.gantt({p: tl[p]["intervals"] for p in ("static", "continuous") if p in tl},
                          title=f"Batch slots on {record['environment'].get('gpu', 'the GPU')}"))
-    display(bplots.block_usage({p: v["blocks"] for p, v in tl.items()}))
+    # the three policies of the main run, one panel each (the record holds more runs: all slots, loops)
+    display(bplots.block_usage_facets({p: tl[p]["blocks"] for p in sched_mod.POLICIES if p in tl},
+                                      title="KV-cache blocks in use, per policy (reference run)"))
+
+# %% [markdown]
+# ## Serving under load
+# The latency-vs-load figure follows.
 
 # %% [markdown]
 # ## 6. Serving: an async endpoint under concurrent clients
