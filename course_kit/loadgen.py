@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .narrate import ratio_words
+
 # data/traces/ (as engine.trace has it; not imported from there so that load-client processes
 # start without importing torch)
 TRACES_DIR = Path(__file__).resolve().parents[1] / "data" / "traces"
@@ -162,7 +164,8 @@ def explain_knee(knee_rps: float | None, top_rps: float, capacity_rps: float, th
     frac = knee_rps / capacity_rps
     if frac >= 0.9:
         cause = "throughput"
-        why = ("close to the rate it completes requests at when saturated: past it, requests arrive faster "
+        where = "close to" if frac <= 1.1 else "past"
+        why = (f"{where} the rate it completes requests at when saturated: from there on, requests arrive faster "
                "than they finish, the queue grows without bound and time to first token grows with it")
     elif frac >= 0.5:
         cause = "bursts"
@@ -175,3 +178,42 @@ def explain_knee(knee_rps: float | None, top_rps: float, capacity_rps: float, th
     return {"fraction": frac, "cause": cause,
             "sentence": (f"p99 TTFT crosses {threshold_s:g} s at {knee_rps:.3g} requests/s, {frac:.0%} of "
                          f"{capacity_rps:.3g}/s, {why}.")}
+
+
+def describe(summary: dict) -> str:
+    """"What just happened" under notebook 06's latency-vs-load figure, from a serving record's
+    summary: each server's knee and what sets it, the serving layer's cost against the offline
+    engine, and the course server against the peer (or why the peer did not run)."""
+    servers, th = summary.get("servers", {}), summary.get("threshold_s", 1.0)
+    course, peer = servers.get("course", {}), servers.get("transformers serve", {})
+    if "capacity_rps" not in course:
+        return f"The course server's sweep did not run: {course.get('skipped', 'no results in this record')}."
+    parts = ["**The course server.** " + explain_knee(course["knee_rps"], course["top_rate_rps"],
+                                                      course["capacity_rps"], th)["sentence"]]
+    ceiling, served = summary.get("offline_ceiling_tok_s"), course["saturated_tok_s"]
+    if ceiling:
+        share = served / ceiling
+        if share < 0.9:
+            cost = "the serving layer (HTTP, one JSON event per token, one event loop for every connection) costs the rest"
+        elif share <= 1.1:
+            cost = "the serving layer costs little here"
+        else:
+            cost = "more than offline, so the two runs differ by more than the serving layer costs (a noisy machine)"
+        parts.append(f"Saturated, it served {served:,.0f} output tokens/s, {share:.0%} of the {ceiling:,.0f} "
+                     f"tokens/s the same engine reaches offline on the same requests with no HTTP: {cost}.")
+    if "capacity_rps" not in peer:
+        parts.append(f"**The peer.** `transformers serve` did not run here: {peer.get('skipped', 'not in this record')}.")
+        return "\n\n".join(parts)
+    more = ratio_words(course["capacity_rps"] / peer["capacity_rps"], better="more", worse="fewer",
+                       same="about as many as")
+    parts.append(f"**The peer**, `transformers serve --continuous-batching` on the same weights, completes "
+                 f"{peer['capacity_rps']:.3g} requests/s when saturated; the course server completes "
+                 f"{course['capacity_rps']:.3g}, {more} the peer. " +
+                 explain_knee(peer["knee_rps"], peer["top_rate_rps"], peer["capacity_rps"], th)["sentence"]
+                 .replace("p99 TTFT", "Its p99 TTFT", 1))
+    if course["knee_rps"] is not None and peer["knee_rps"] is not None:
+        amount = ratio_words(course["knee_rps"] / peer["knee_rps"], better="more load", worse="less load",
+                             same="about the same load as")
+        parts.append(f"At the {th:g} s line, the course server takes {amount} the peer before its slowest "
+                     f"requests wait that long.")
+    return "\n\n".join(parts)

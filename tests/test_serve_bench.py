@@ -66,6 +66,9 @@ def test_crossing_interpolates_and_says_when_it_never_crosses():
 def test_explain_knee_wording_follows_the_numbers():
     near = loadgen.explain_knee(95.0, 120.0, 100.0)
     assert near["cause"] == "throughput" and "95%" in near["sentence"] and "faster than they finish" in near["sentence"]
+    assert "close to the rate" in near["sentence"]
+    past = loadgen.explain_knee(120.0, 125.0, 100.0)
+    assert past["cause"] == "throughput" and "past the rate" in past["sentence"]
     bursts = loadgen.explain_knee(60.0, 120.0, 100.0)
     assert bursts["cause"] == "bursts" and "bursts" in bursts["sentence"]
     low = loadgen.explain_knee(10.0, 120.0, 100.0)
@@ -168,3 +171,29 @@ def test_a_peer_that_cannot_start_is_recorded_with_its_own_error(tmp_path):
     _, said, rest = out["skipped"].partition("exited with code ")
     reason = rest.partition(": ")[2]
     assert said and reason and reason[:100] in out["log_tail"], out
+
+
+def _summary(course_cap, peer_cap, course_knee, peer_knee, served, ceiling, peer_skipped=None):
+    course = {"capacity_rps": course_cap, "knee_rps": course_knee, "top_rate_rps": 1.25 * course_cap,
+              "saturated_tok_s": served}
+    peer = ({"skipped": peer_skipped} if peer_skipped else
+            {"capacity_rps": peer_cap, "knee_rps": peer_knee, "top_rate_rps": 1.25 * peer_cap})
+    return {"threshold_s": 1.0, "offline_ceiling_tok_s": ceiling,
+            "servers": {"course": course, "transformers serve": peer}}
+
+
+def test_describe_wording_follows_the_numbers_both_ways():
+    ahead = loadgen.describe(_summary(400.0, 40.0, 420.0, 30.0, 6000.0, 20000.0))
+    assert "10.00x more than the peer" in ahead and "14.00x more load than the peer" in ahead
+    assert "30% of the 20,000" in ahead and "serving layer (HTTP" in ahead
+    behind = loadgen.describe(_summary(20.0, 40.0, 15.0, 45.0, 9500.0, 10000.0))
+    assert "2.00x fewer than the peer" in behind and "3.00x less load than the peer" in behind
+    assert "costs little" in behind
+    noisy = loadgen.describe(_summary(20.0, 40.0, None, None, 15000.0, 10000.0))
+    assert "noisy" in noisy and "load than the peer" not in noisy and "stayed under 1 s" in noisy
+    same = loadgen.describe(_summary(40.0, 40.5, 30.0, 30.2, 9000.0, 10000.0))
+    assert "about as many as" in same and "about the same load as" in same
+    skipped = loadgen.describe(_summary(20.0, None, None, None, 900.0, 1000.0,
+                                        peer_skipped="RuntimeError: transformers serve exited with code 1: boom"))
+    assert "did not run here: RuntimeError" in skipped and "boom" in skipped
+    assert "did not run" in loadgen.describe({"servers": {"course": {"skipped": "no GPU"}}})
