@@ -9,6 +9,7 @@ import datetime
 import importlib
 import itertools
 import math
+import os
 import pkgutil
 import statistics
 import time
@@ -178,6 +179,8 @@ def environment() -> dict:
 def progress(iterable: Iterable, desc: str | None = None, total: int | None = None, **kwargs: Any):
     """A progress bar that renders as a widget in notebooks and as text in a terminal."""
     from tqdm.auto import tqdm
+    if os.environ.get("COURSE_KIT_STATIC_FIGURES"):   # an executed copy would keep a frozen "0%" bar
+        kwargs.setdefault("disable", True)
     return tqdm(iterable, desc=desc, total=total, **kwargs)
 
 

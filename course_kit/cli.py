@@ -114,8 +114,10 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _record(args: argparse.Namespace) -> int:
-    """Execute every notebook with papermill on this device; executed copies go beside the records."""
+    """Execute every notebook with papermill on this device; executed copies go beside the records,
+    each plotly figure with a PNG too (plots/static.py), with the run's log in record.log."""
     from . import nbbuild, reference
+    from .plots import static
     import papermill
 
     folder = _writable_folder(Path(args.out) if args.out else reference.root() / reference.gpu_slug() / "notebooks")
@@ -125,18 +127,41 @@ def _record(args: argparse.Namespace) -> int:
         if not notebooks:
             raise UsageError(f"no notebook matches {args.only}")
     failed = []
-    for nb in notebooks:
-        start = time.perf_counter()
-        try:
-            papermill.execute_notebook(str(nb), str(folder / nb.name), cwd=str(nb.parent),
-                                       kernel_name=args.kernel, progress_bar=False,
-                                       execution_timeout=args.timeout)
-            status = "ok"
-        except Exception as err:  # noqa: BLE001 - record the rest even if one fails
-            status = f"FAILED: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-            failed.append(nb.name)
-        print(f"{nb.name:<36} {time.perf_counter() - start:7.1f} s  {status}", flush=True)
+    # the kernels papermill starts inherit this: widgets add a PNG, progress bars stay out
+    previous = os.environ.get("COURSE_KIT_STATIC_FIGURES")
+    os.environ["COURSE_KIT_STATIC_FIGURES"] = "1"
+    log = (folder / "record.log").open("a")
+    say = lambda line: (print(line, flush=True), log.write(line + "\n"), log.flush())
+    say(f"== course-kit record on {_machine_label()}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
+    try:
+        for nb in notebooks:
+            start = time.perf_counter()
+            target = folder / nb.name
+            try:
+                papermill.execute_notebook(str(nb), str(target), cwd=str(nb.parent),
+                                           kernel_name=args.kernel, progress_bar=False,
+                                           execution_timeout=args.timeout)
+                status = "ok"
+            except Exception as err:  # noqa: BLE001 - record the rest even if one fails
+                status = f"FAILED: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                failed.append(nb.name)
+            if target.is_file():
+                stats = static.finish_executed_file(target)
+                status += (f"  ({stats['images']} figures as PNG, {stats['dropped']} kept as PNG only, "
+                           f"{stats['bytes'] / 1e6:.2f} MB)")
+            say(f"{nb.name:<36} {time.perf_counter() - start:7.1f} s  {status}")
+    finally:
+        log.close()
+        if previous is None:
+            os.environ.pop("COURSE_KIT_STATIC_FIGURES", None)
+        else:
+            os.environ["COURSE_KIT_STATIC_FIGURES"] = previous
     return 1 if failed else 0
+
+
+def _machine_label() -> str:
+    from . import device
+    return device.gpu_name() or "CPU"
 
 
 def build_parser() -> argparse.ArgumentParser:
