@@ -18,82 +18,41 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from . import schedules
+
 SCHEDULES = ("gpipe", "1f1b")
 
 
 def schedule(kind: str, p: int, m: int, rank: int) -> list[tuple[str, int]]:
-    """The ordered actions ("F" or "B", micro-batch) of stage `rank` of `p`, for m micro-batches."""
+    """The ordered actions ("F" or "B", micro-batch) of stage `rank` of `p`, for m micro-batches
+    (schedules.actions, without the model chunk: the real pipeline has one chunk per rank)."""
     if kind not in SCHEDULES:
         raise ValueError(f"schedule={kind!r}; choose one of {SCHEDULES}")
     if not (p >= 1 and m >= 1 and 0 <= rank < p):
         raise ValueError(f"need p >= 1, m >= 1 and 0 <= rank < p; got p={p}, m={m}, rank={rank}")
-    if kind == "gpipe":
-        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
-    warm = min(p - rank - 1, m)
-    acts = [("F", i) for i in range(warm)]
-    f, b = warm, 0
-    while f < m:
-        acts += [("F", f), ("B", b)]
-        f, b = f + 1, b + 1
-    return acts + [("B", i) for i in range(b, m)]
+    return [(k, i) for k, i, _ in schedules.actions(kind, p, m, rank)]
 
 
 def bubble_theory(p: int, m: int) -> float:
     """GPipe's bubble fraction (p-1)/(m+p-1)."""
     if p < 1 or m < 1:
         raise ValueError(f"need p >= 1 and m >= 1; got p={p}, m={m}")
-    return (p - 1) / (m + p - 1)
+    return schedules.bubble_theory(p, m)
 
 
 def simulate(kind: str, p: int, m: int, t_f: float = 1.0, t_b: float = 2.0) -> list[dict]:
-    """Timeline of the schedule with fixed step costs and free communication.
+    """Timeline of the schedule with fixed step costs and free communication (schedules.simulate).
 
     Each action starts when its rank is free and its input is ready (the previous stage's
-    forward, or the next stage's backward). Returns events {rank, kind, mb, start, end}.
+    forward, or the next stage's backward). Returns events {rank, kind, mb, chunk, start, end}.
     """
-    orders = [schedule(kind, p, m, r) for r in range(p)]
-    done: dict[tuple[int, str, int], float] = {}
-    pos, free = [0] * p, [0.0] * p
-    events: list[dict] = []
-    while any(pos[r] < len(orders[r]) for r in range(p)):
-        progressed = False
-        for r in range(p):
-            if pos[r] >= len(orders[r]):
-                continue
-            k, i = orders[r][pos[r]]
-            dep = (r - 1, "F", i) if k == "F" else (r + 1, "B", i)
-            if k == "B" and r == p - 1:
-                dep = (r, "F", i)
-            if k == "F" and r == 0:
-                dep = None
-            if dep is not None and dep not in done:
-                continue
-            start = max(free[r], done[dep] if dep else 0.0)
-            end = start + (t_f if k == "F" else t_b)
-            done[(r, k, i)] = free[r] = end
-            events.append({"rank": r, "kind": k, "mb": i, "start": start, "end": end})
-            pos[r] += 1
-            progressed = True
-        if not progressed:
-            raise RuntimeError(f"schedule {kind} deadlocks for p={p}, m={m}")
-    return events
+    if kind not in SCHEDULES:
+        raise ValueError(f"schedule={kind!r}; choose one of {SCHEDULES}")
+    return schedules.simulate(kind, p, m, 1, t_f, t_b)
 
 
-def bubble_of(events: list[dict]) -> float:
-    """Idle fraction: 1 - busy time / (ranks * makespan)."""
-    ranks = {e["rank"] for e in events}
-    t0, t1 = min(e["start"] for e in events), max(e["end"] for e in events)
-    busy = sum(e["end"] - e["start"] for e in events)
-    return 1.0 - busy / (len(ranks) * (t1 - t0))
-
-
-def peak_in_flight(events: list[dict], rank: int) -> int:
-    """Most micro-batches whose activations rank `rank` holds at once (forward done, backward not)."""
-    live, peak = 0, 0
-    for e in sorted((e for e in events if e["rank"] == rank), key=lambda e: e["start"]):
-        live += 1 if e["kind"] == "F" else -1
-        peak = max(peak, live)
-    return peak
+bubble_of = schedules.bubble_of
+peak_in_flight = schedules.peak_in_flight
 
 
 # --------------------------------------------------------------------- the real pipeline
@@ -130,6 +89,10 @@ class _P2P:
     out in one batch (send activation + receive gradient, or send gradient + receive activation).
     Without the pairing, two neighbours that each send before they receive can wait on each
     other forever with NCCL, where a large send only completes when its receive is posted.
+    A send is held only when the rank's next action receives from the same peer (hold=True):
+    otherwise it leaves at once. Held until some later message, it would wait for the rank's next
+    step to be computed: the 2x H200 record of GPipe shows each activation and gradient arriving
+    about one step late that way (bubble.handoff_delays).
     """
 
     def __init__(self) -> None:
@@ -142,9 +105,11 @@ class _P2P:
             self.works += dist.batch_isend_irecv([dist.P2POp(dist.isend, t, peer)])
             self.pending = None
 
-    def send(self, t: torch.Tensor, peer: int) -> None:
+    def send(self, t: torch.Tensor, peer: int, hold: bool = True) -> None:
         self.flush()
         self.pending = (t.contiguous(), peer)
+        if not hold:
+            self.flush()
 
     def recv(self, buf: torch.Tensor, peer: int) -> torch.Tensor:
         ops = [dist.P2POp(dist.irecv, buf, peer)]
@@ -189,7 +154,17 @@ def run_pipeline(stage: nn.Module, x: torch.Tensor | None, y: torch.Tensor | Non
     events: list[dict] = []
     loss_total = torch.zeros((), device=dev, dtype=dtype)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    for k, i in schedule(kind, p, m, rank):
+    plan = schedule(kind, p, m, rank)
+
+    def recv_peer(j: int) -> int | None:
+        """The peer action j receives from (None: no receive, or no action j)."""
+        if j >= len(plan):
+            return None
+        if plan[j][0] == "F":
+            return rank - 1 if rank > 0 else None
+        return rank + 1 if rank < p - 1 else None
+
+    for j, (k, i) in enumerate(plan):
         if k == "F":
             if rank == 0:
                 inp = xs[i].clone().requires_grad_()
@@ -205,7 +180,7 @@ def run_pipeline(stage: nn.Module, x: torch.Tensor | None, y: torch.Tensor | Non
             t1 = time.perf_counter()
             inputs[i], outputs[i] = inp, out
             if rank < p - 1:
-                comm.send(out.detach(), rank + 1)
+                comm.send(out.detach(), rank + 1, hold=recv_peer(j + 1) == rank + 1)
         else:
             grad = None
             if rank < p - 1:
@@ -218,7 +193,7 @@ def run_pipeline(stage: nn.Module, x: torch.Tensor | None, y: torch.Tensor | Non
             if rank == p - 1:
                 loss_total += outputs[i].detach()
             if rank > 0:
-                comm.send(inputs[i].grad, rank - 1)
+                comm.send(inputs[i].grad, rank - 1, hold=recv_peer(j + 1) == rank - 1)
             del inputs[i], outputs[i]  # this micro-batch's activations are freed now
         events.append({"rank": rank, "kind": k, "mb": i, "start": t0, "end": t1})
     comm.finish()
