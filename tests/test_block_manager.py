@@ -75,6 +75,25 @@ def test_prefix_hit_never_covers_the_last_token():
     bm.check_invariants()
 
 
+def test_prompts_differing_only_in_a_blocks_last_token_do_not_share_it():
+    # a block's name must cover every one of its tokens, the last one included
+    bm = BlockManager(10, 4, prefix_caching=True)
+    a = seq("a", [1, 2, 3, 4, 5, 6, 7, 8, 9])              # blocks [1 2 3 4] [5 6 7 8] [9]
+    bm.allocate(a, 9)
+    a.num_computed = 9
+    bm.commit(a)
+    b = seq("b", [1, 2, 3, 99, 5, 6, 7, 8, 9])             # differs in the last token of block 0
+    assert bm.cached_prefix(b) == (0, 0)
+    assert bm.allocate(b, 9) == 0                          # nothing reused, not 8 tokens
+    assert not set(bm.block_table("a")) & set(bm.block_table("b"))
+    c = seq("c", [1, 2, 3, 4, 5, 6, 7, 99, 9])             # differs in the last token of block 1
+    assert bm.cached_prefix(c) == (4, 1)                   # block 0 only, which a holds
+    assert bm.allocate(c, 9) == 4
+    assert bm.block_table("c")[0] == bm.block_table("a")[0]
+    assert bm.block_table("c")[1] != bm.block_table("a")[1]
+    bm.check_invariants()
+
+
 def test_invariant_checker_catches_double_ownership_and_leaks():
     bm = BlockManager(6, 2)
     a, b = seq("a", 4), seq("b", 4)

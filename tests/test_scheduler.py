@@ -40,6 +40,47 @@ def test_admit_rule():
     assert admit([30, 1], free_blocks=3, block_size=16, free_slots=8, token_budget=64) == [30, 1]
     assert admit([], free_blocks=3, block_size=16, free_slots=8, token_budget=64) == []
     assert admit([3], free_blocks=3, block_size=16, free_slots=8, token_budget=0) == []
+    # one token past a block boundary takes a whole new block; exactly on it does not
+    assert admit([9], free_blocks=2, block_size=4, free_slots=8, token_budget=100) == []
+    assert admit([9], free_blocks=3, block_size=4, free_slots=8, token_budget=100) == [9]
+    assert admit([8], free_blocks=2, block_size=4, free_slots=8, token_budget=100) == [8]
+    assert admit([8, 1], free_blocks=3, block_size=4, free_slots=8, token_budget=100) == [8, 1]
+    assert admit([8, 5], free_blocks=3, block_size=4, free_slots=8, token_budget=100) == [8]
+
+
+def test_admit_with_prefix_hits():
+    # (cached tokens, cached blocks held by running requests) per waiting request
+    assert admit([9], 1, 4, 8, 100, prefix_hits=[(8, 2)]) == [1]       # only the private last block
+    assert admit([9], 1, 4, 8, 100, prefix_hits=[(8, 1)]) == []        # a free-listed hit costs a block
+    assert admit([9], 2, 4, 8, 100, prefix_hits=[(8, 1)]) == [1]
+    assert admit([9, 12], 3, 4, 8, 5, prefix_hits=[(8, 2), (4, 1)]) == [1, 4]
+    # both are read one request at a time, and never past the first that does not fit
+    read = []
+
+    def hits():
+        for h in [(0, 0), (0, 0), (0, 0), (0, 0)]:
+            read.append(h)
+            yield h
+    assert admit(iter([4, 20, 4, 4]), 3, 4, 8, 100, prefix_hits=hits()) == [4]
+    assert len(read) == 2
+
+
+def test_prefix_hits_taken_by_one_admission_are_free_for_the_next():
+    # two requests hit the same cached blocks, which nobody holds: the first takes them off the
+    # free list, so the second needs one block, and both fit in four
+    bm = BlockManager(4, 4, prefix_caching=True)
+    done = Sequence("done", list(range(1, 10)), SamplingParams(max_new_tokens=1))
+    bm.allocate(done, 9)
+    done.num_computed = 9
+    bm.commit(done)
+    bm.free(done)
+    sched = Scheduler(EngineConfig(policy="continuous", max_num_seqs=4, max_num_batched_tokens=16), bm)
+    for rid, last in (("b", 20), ("c", 21)):
+        sched.add(Sequence(rid, list(range(1, 9)) + [last], SamplingParams(max_new_tokens=2)))
+    out = sched.schedule(0.0)
+    assert [(s.seq.request_id, s.num_tokens, s.sample) for s in out.scheduled] == [("b", 1, True), ("c", 1, True)]
+    assert bm.num_free_blocks == 0 and bm.prefix_hits == 4
+    bm.check_invariants()
 
 
 def test_continuous_respects_budget_slots_and_finishes_all():

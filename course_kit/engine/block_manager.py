@@ -81,6 +81,13 @@ class BlockManager:
             hits.append(block)
         return hits
 
+    def cached_prefix(self, seq: Sequence) -> tuple[int, int]:
+        """For a request that holds no blocks yet: (tokens already in the cache, blocks of those
+        that running requests hold). Held blocks cost it no free block; a cached block nobody
+        holds is taken off the free list like a new one. What `scheduler.admit` reads."""
+        hits = self._prefix_hits(seq)
+        return len(hits) * self.block_size, sum(1 for b in hits if self.ref_count[b] > 0)
+
     def blocks_needed(self, seq: Sequence, num_tokens: int) -> int:
         """Free blocks that `seq` must take so that it can hold `num_tokens` tokens."""
         table = self.tables.get(seq.request_id)

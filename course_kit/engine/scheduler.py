@@ -12,14 +12,16 @@ feeds the model. A sequence with one uncomputed token is decoding; more than one
   `max_wait_s`.
 - continuous: requests are admitted and retired at every step. Decodes go first, then chunks of
   prefills, all under a budget of `max_num_batched_tokens` new tokens per step. A request is
-  admitted only if blocks for all its tokens are free; when a running request needs a block and
-  none is free, the newest request is preempted (its blocks freed, recomputed later).
+  admitted only if blocks for all its tokens are free (`admit`, the one rule, which with prefix
+  caching counts a request's cached prefix as computed); when a running request needs a block
+  and none is free, the newest request is preempted (its blocks freed, recomputed later).
 """
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable
+from itertools import repeat
+from typing import Iterable, Iterator
 
 from .block_manager import BlockManager
 from .config import EngineConfig
@@ -29,7 +31,7 @@ POLICIES = ("static", "dynamic", "continuous")
 
 
 def admit(waiting: Iterable[int], free_blocks: int, block_size: int, free_slots: int,
-          token_budget: int) -> list[int]:
+          token_budget: int, prefix_hits: Iterable[tuple[int, int]] | None = None) -> list[int]:
     """The continuous admission rule, first come first served.
 
     `waiting` holds the token counts of the waiting requests, oldest first. A request is admitted
@@ -37,13 +39,19 @@ def admit(waiting: Iterable[int], free_blocks: int, block_size: int, free_slots:
     (so a half-prefilled request never stalls for memory). Its prefill is chunked to the budget
     left. The first request that does not fit stops admission: skipping it would let a stream of
     short requests starve a long one. Returns the prefill chunk of each admitted request, in order.
+
+    With prefix caching, `prefix_hits` gives for each waiting request (tokens already in the
+    cache, blocks of those that running requests hold): cached tokens need no compute, and held
+    blocks no free block. Both are read lazily, one request at a time, and a request is read
+    only once the one before it is admitted (the scheduler relies on this, see `_admit`).
     """
+    hits = repeat((0, 0)) if prefix_hits is None else prefix_hits
     chunks: list[int] = []
-    for n in waiting:
-        blocks = -(-n // block_size)
+    for n, (cached, held) in zip(waiting, hits):
+        blocks = -(-n // block_size) - held
         if free_slots == 0 or token_budget == 0 or blocks > free_blocks:
             break
-        chunk = min(n, token_budget)
+        chunk = min(n - cached, token_budget)
         chunks.append(chunk)
         free_slots -= 1
         free_blocks -= blocks
@@ -239,29 +247,44 @@ class Scheduler:
             return out            # memory is short: admit nobody this step
         if not self._free_slots or budget == 0 or not self.waiting:
             return out            # nobody can be admitted (the common case: every slot busy)
-        if not self.blocks.prefix_caching:
-            # exactly the rule of `admit`, applied to the waiting queue (read lazily: admission
-            # stops at the first request that does not fit)
-            chunks = admit((s.num_tokens for s in self.waiting), self.blocks.num_free_blocks,
-                           self.blocks.block_size, len(self._free_slots), budget)
-            for chunk in chunks:
-                seq = self.waiting.popleft()
-                seq.num_computed = self.blocks.allocate(seq, seq.num_tokens)
-                self._start(seq)
-                out.scheduled.append(Scheduled(seq, chunk, chunk == seq.num_uncomputed))
-            return out
-        # with prefix caching a request needs fewer blocks and computes fewer tokens
-        while self.waiting and self._free_slots and budget > 0:
-            seq = self.waiting[0]
-            if not self.blocks.can_allocate(seq, seq.num_tokens):
-                break
-            self.waiting.popleft()
-            seq.num_computed = self.blocks.allocate(seq, seq.num_tokens)
-            self._start(seq)
-            n = min(seq.num_uncomputed, budget)
-            out.scheduled.append(Scheduled(seq, n, n == seq.num_uncomputed))
-            budget -= n
+        self._admit(out, budget)
         return out
+
+    def _admit(self, out: SchedulerOutput, budget: int) -> None:
+        """Admit waiting requests by the rule of `admit`, with their prefix-cache hits.
+
+        `admit` reads the queue lazily and reads a request only once it admitted the one before,
+        so each admitted request takes its blocks here before the next one's hits are looked up:
+        a cached block that the first one just took off the free list costs the second nothing.
+        """
+        allocated: list[Sequence] = []
+
+        def take(seq: Sequence) -> None:
+            seq.num_computed = self.blocks.allocate(seq, seq.num_tokens)   # the cached prefix
+            allocated.append(seq)
+
+        def prefix_hits() -> Iterator[tuple[int, int]]:
+            prev = None
+            for seq in self.waiting:
+                if prev is not None:     # admit asks for this request only once it admitted prev
+                    take(prev)
+                yield self.blocks.cached_prefix(seq)
+                prev = seq
+
+        tokens, hits = (s.num_tokens for s in self.waiting), prefix_hits()
+        chunks = admit(tokens, self.blocks.num_free_blocks, self.blocks.block_size,
+                       len(self._free_slots), budget, hits)
+        tokens.close()
+        hits.close()                     # both read the queue, which changes below
+        if len(allocated) > len(chunks):
+            raise RuntimeError(f"admit read {len(allocated) + 1} waiting requests to admit {len(chunks)}: "
+                               "it must read one request at a time")
+        for i, chunk in enumerate(chunks):
+            seq = self.waiting.popleft()
+            if i == len(allocated):      # the last one admitted: admit never asked past it
+                take(seq)
+            self._start(seq)
+            out.scheduled.append(Scheduled(seq, chunk, chunk == seq.num_uncomputed))
 
     # ---- after the model ran ------------------------------------------------------------
     def postprocess(self, out: SchedulerOutput, tokens: list[int | None], now: float
