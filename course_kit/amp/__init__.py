@@ -5,10 +5,13 @@ Notebook 02 shows the sources of these modules; `course-kit bench amp` times the
 from .grads import FP16_MAX, FP16_MIN_NORMAL, FP16_MIN_SUBNORMAL, flat_grads, log2_histogram, underflow_fractions
 from .precision import PRECISIONS, Precision, get, note, tf32_flags
 from .scaler import DynamicLossScaler
-from .train import RunResult, compare, saved_activation_bytes, train
+from .train import RunResult, compare, saved_activation_bytes, saved_bytes_by_dtype, train
+from .activations import activation_grads, explain_logit_grads, log2_hist, typical_logit_grad, zones
+from .stepper import ScalerPair, explain_step
 
 __all__ = [
     "FP16_MAX", "FP16_MIN_NORMAL", "FP16_MIN_SUBNORMAL", "PRECISIONS", "DynamicLossScaler", "Precision",
     "RunResult", "compare", "flat_grads", "get", "log2_histogram", "note", "saved_activation_bytes",
-    "tf32_flags", "train", "underflow_fractions",
+    "tf32_flags", "train", "underflow_fractions", "saved_bytes_by_dtype", "activation_grads",
+    "explain_logit_grads", "log2_hist", "typical_logit_grad", "zones", "ScalerPair", "explain_step",
 ]

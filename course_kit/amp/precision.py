@@ -77,7 +77,8 @@ def note(name: str, device: str | torch.device = "cpu") -> str | None:
         if p.tf32:
             return "TF32 is a GPU tensor-core format: on a CPU this mode is plain fp32."
         if p.autocast_dtype is not None:
-            return "CPU autocast saves memory but most CPUs have no fast 16-bit matmul units."
+            return ("many CPUs have no 16-bit matrix units, so 16-bit autocast may not be faster there "
+                    "(section 4 measures it on this one).")
         return None
     major, _ = torch.cuda.get_device_capability(dev)
     if p.tf32 and major < 8:

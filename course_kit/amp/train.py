@@ -32,7 +32,9 @@ class RunResult:
     underflow_scaled: list[float] = field(default_factory=list)  # grads x scale below 2**-24
     zero_grads: list[float] = field(default_factory=list)  # fraction of gradient entries exactly 0
     peak_mem_bytes: int | None = None
+    base_mem_bytes: int | None = None   # GPU memory already allocated when the peak counter was reset
     saved_bytes: int | None = None
+    saved_by_dtype: dict | None = None   # the same bytes per dtype
     grad_hist: dict | None = None   # log2 histogram of the last step's gradient magnitudes
     tf32_flags: dict | None = None  # the TF32 switches as the steps saw them
 
@@ -53,23 +55,43 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _no_unpack(packed: None) -> torch.Tensor:
+    raise RuntimeError("saved_activation_bytes runs a forward pass only; it cannot be backpropagated")
+
+
+def saved_bytes_by_dtype(model: torch.nn.Module, tokens: torch.Tensor, precision: str) -> dict[str, int]:
+    """Bytes of the distinct tensors autograd keeps for the backward pass of one forward in `precision`
+    (activations, plus the low-precision weight copies that autocast saves), per dtype
+    ("float32", "bfloat16", "float16", "int64", ...). Notebook 02 uses it to say why autocast saves
+    more than half of fp32's bytes."""
+    seen: dict[tuple, tuple[int, str]] = {}
+
+    def pack(t: torch.Tensor) -> None:
+        try:
+            key = (t.untyped_storage().data_ptr(), t.device.type)
+            nbytes = max(seen.get(key, (0, ""))[0], t.untyped_storage().nbytes())
+            seen[key] = (nbytes, str(t.dtype).removeprefix("torch."))
+        except (RuntimeError, NotImplementedError):  # tensors without storage (e.g. wrappers)
+            pass
+        # Keep nothing: no backward follows. Returning `t` itself made a reference cycle through
+        # autograd's C++ graph (an op's output saved by its own node), which Python's gc cannot
+        # break: every call leaked one forward's activations (the 02 H200 record's peak memory
+        # grew by about that much per mode, issue 19 item 10).
+        return None
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, _no_unpack):
+        with get(precision).context(tokens.device.type):
+            model.loss(tokens)
+    out: dict[str, int] = {}
+    for nbytes, dtype in seen.values():
+        out[dtype] = out.get(dtype, 0) + nbytes
+    return out
+
+
 def saved_activation_bytes(model: torch.nn.Module, tokens: torch.Tensor, precision: str) -> int:
     """Bytes of the distinct tensors autograd keeps for the backward pass of one forward in `precision`
     (activations, plus the low-precision weight copies that autocast saves)."""
-    seen: dict[tuple, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        try:
-            key = (t.untyped_storage().data_ptr(), t.device.type)
-            seen[key] = max(seen.get(key, 0), t.untyped_storage().nbytes())
-        except (RuntimeError, NotImplementedError):  # tensors without storage (e.g. wrappers)
-            pass
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        with get(precision).context(tokens.device.type):
-            model.loss(tokens)
-    return sum(seen.values())
+    return sum(saved_bytes_by_dtype(model, tokens, precision).values())
 
 
 def train(precision: str, *, preset: str = "smoke", steps: int = 30, batch: int = 8,
@@ -101,9 +123,11 @@ def train(precision: str, *, preset: str = "smoke", steps: int = 30, batch: int 
     # TF32 switches over the whole step (backward and optimizer too), not only the autocast forward.
     with prec.tf32_scope():
         res.tf32_flags = tf32_flags()
-        res.saved_bytes = saved_activation_bytes(model, data[0], precision)
+        res.saved_by_dtype = saved_bytes_by_dtype(model, data[0], precision)
+        res.saved_bytes = sum(res.saved_by_dtype.values())
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)
+            res.base_mem_bytes = int(torch.cuda.memory_allocated(dev))
         params = [p for p in model.parameters()]
         for i in range(steps):
             x = data[i]

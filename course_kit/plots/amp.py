@@ -23,12 +23,27 @@ def _rows(runs: Mapping[str, Any] | Sequence[Any]) -> list[dict]:
     return out
 
 
+_DASHES = {"fp32": "solid", "tf32": "dot", "bf16": "dash", "fp16_scaler": "dashdot", "fp16_noscale": "longdash"}
+
+
 def loss_curves(runs: Mapping[str, Any] | Sequence[Any], title: str = "Training loss per precision mode") -> go.Figure:
-    fig = go.Figure()
-    for d in _rows(runs):
-        if d.get("losses"):
-            fig.add_scatter(y=d["losses"], name=d["name"], mode="lines", line=dict(color=_COLORS.get(d["name"])))
-    fig.update_layout(title=title, xaxis_title="step", yaxis_title="cross-entropy loss", height=380)
+    """Left: the loss per step of every mode (each its own colour and dash, so curves that coincide
+    stay visible). Right: each mode's loss minus strict fp32's at the same step, where modes that
+    track fp32 closely separate instead of hiding under each other."""
+    rows = [d for d in _rows(runs) if d.get("losses")]
+    base = next((d["losses"] for d in rows if d["name"] == "fp32"), None)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("loss", "loss minus fp32's loss" if base else ""))
+    for d in rows:
+        style = dict(color=_COLORS.get(d["name"]), dash=_DASHES.get(d["name"], "solid"), width=2.5)
+        fig.add_scatter(y=d["losses"], name=d["name"], mode="lines", line=style, legendgroup=d["name"],
+                        row=1, col=1)
+        if base and d["name"] != "fp32":
+            n = min(len(base), len(d["losses"]))
+            fig.add_scatter(y=[a - b for a, b in zip(d["losses"][:n], base[:n])], name=d["name"], mode="lines",
+                            line=style, legendgroup=d["name"], showlegend=False, row=1, col=2)
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(title_text="cross-entropy loss", row=1, col=1)
+    fig.update_layout(title=title, height=400)
     return fig
 
 
@@ -66,7 +81,8 @@ def grad_histogram(hist: Mapping[str, Any], scale: float = 1.0, title: str | Non
 
 
 def time_and_memory(runs: Mapping[str, Any] | Sequence[Any], warmup: int = 3,
-                    title: str = "Step time and memory per precision mode") -> go.Figure:
+                    title: str = "Step time and memory per precision mode",
+                    peak_label: str = "peak GPU memory") -> go.Figure:
     """Median step time, and memory: peak GPU memory where measured, else the bytes saved for backward."""
     rows = [d for d in _rows(runs) if d.get("times_s") or d.get("median_step_s")]
     names = [d["name"] for d in rows]
@@ -79,11 +95,63 @@ def time_and_memory(runs: Mapping[str, Any] | Sequence[Any], warmup: int = 3,
             med.append(t[len(t) // 2])
     peak = [d.get("peak_mem_bytes") or (d.get("peak_mem_gib") or 0) * 2**30 for d in rows]
     saved = [d.get("saved_bytes") or (d.get("saved_activation_gib") or 0) * 2**30 for d in rows]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("median step time (ms)", "memory (MiB)"))
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("median step time (ms)", "memory (GiB, 2^30 bytes)"))
     fig.add_bar(x=names, y=[m * 1e3 for m in med], marker_color=[_COLORS.get(n) for n in names],
                 showlegend=False, row=1, col=1)
     if any(peak):
-        fig.add_bar(x=names, y=[p / 2**20 for p in peak], name="peak GPU memory", row=1, col=2)
-    fig.add_bar(x=names, y=[s / 2**20 for s in saved], name="saved for backward (one step)", row=1, col=2)
+        fig.add_bar(x=names, y=[p / 2**30 for p in peak], name=peak_label, row=1, col=2)
+    fig.add_bar(x=names, y=[s / 2**30 for s in saved], name="saved for backward (one step)", row=1, col=2)
     fig.update_layout(title=title, height=380, barmode="group")
+    if max(peak + saved, default=0) < 2**30:      # small runs read better in MiB
+        for tr in fig.data[1:]:
+            tr.y = [v * 1024 for v in tr.y]
+        fig.layout.annotations[1].text = "memory (MiB)"
+    return fig
+
+
+_ZONE_COLOURS = {"underflow": "rgba(214,39,40,0.12)", "subnormal": "rgba(255,127,14,0.12)",
+                 "overflow": "rgba(148,103,189,0.15)"}
+
+
+def loss_scale_figure(hist: Mapping[str, Any], view: Mapping[str, Any], title: str | None = None) -> go.Figure:
+    """The activation-gradient histogram (from `amp.activations.log2_hist`) moved by the loss scale, over
+    a format's zones (from `amp.activations.zones`): flushed to zero, subnormal, overflow."""
+    shift = view["log2_scale"]
+    xs = [e + shift for e in hist["log2_lo"]]
+    e = view["edges"]
+    lo, hi = min(xs + [e["subnormal"] - 4]), max(xs + [e["max"] + 4])
+    fig = go.Figure()
+    fig.add_vrect(x0=lo - 1, x1=e["subnormal"], fillcolor=_ZONE_COLOURS["underflow"], line_width=0, layer="below")
+    fig.add_vrect(x0=e["subnormal"], x1=e["normal"], fillcolor=_ZONE_COLOURS["subnormal"], line_width=0, layer="below")
+    fig.add_vrect(x0=e["max"], x1=hi + 1, fillcolor=_ZONE_COLOURS["overflow"], line_width=0, layer="below")
+    fig.add_bar(x=[x + 0.5 for x in xs], y=hist["counts"], width=1.0, name="|gradient| x scale",
+                marker_color="#1f77b4")
+    for x, label in ((e["subnormal"], "smallest subnormal"), (e["normal"], "smallest normal"), (e["max"], "max")):
+        fig.add_vline(x=x, line_dash="dash", line_color="grey")
+    text = (f"{view['format']}, scale 2^{shift}: underflow {view['underflow']:.1%}, subnormal "
+            f"{view['subnormal']:.1%}, normal {view['normal']:.1%}, overflow {view['overflow']:.1%}")
+    fig.add_annotation(x=0.01, y=1.08, xref="paper", yref="paper", text=text, showarrow=False,
+                       xanchor="left", font=dict(size=12))
+    fig.update_layout(title=title or "Activation gradients against the format's range",
+                      xaxis_title="log2 (|gradient| x scale)   (red: flushed to zero, orange: subnormal, "
+                                  "purple: overflow)", yaxis_title="count", height=400, bargap=0,
+                      margin=dict(t=80), showlegend=False, xaxis=dict(range=[lo - 1, hi + 1]))
+    return fig
+
+
+def scaler_steps_figure(scales: Mapping[str, Sequence[float]], events: Sequence[str],
+                        title: str = "Loss scale after each step") -> go.Figure:
+    """Both scalers' scale histories (log axis), with the steps whose gradient held inf/nan marked."""
+    fig = go.Figure()
+    styles = {"course": dict(color="#ef553b", width=4), "torch": dict(color="#111111", width=1.5, dash="dot")}
+    names = {"course": "course DynamicLossScaler", "torch": "torch GradScaler"}
+    for k, ys in scales.items():
+        fig.add_scatter(x=list(range(len(ys))), y=list(ys), mode="lines+markers", line_shape="hv",
+                        name=names.get(k, k), line=styles.get(k))
+    bad = [i + 1 for i, ev in enumerate(events) if ev != "clean"]
+    if bad:
+        first = next(iter(scales.values()))
+        fig.add_scatter(x=bad, y=[first[i] for i in bad], mode="markers", name="step with inf/nan (skipped)",
+                        marker=dict(symbol="x", size=12, color="red"))
+    fig.update_layout(title=title, xaxis_title="step", yaxis_title="scale", yaxis_type="log", height=360)
     return fig

@@ -37,10 +37,12 @@ LR = 3e-3 if PRESET in ("smoke", "cpu") else 3e-4
 # %%
 import torch
 
-from course_kit import amp, bench, notebook
+from course_kit import amp, bench, notebook, widgets
+from course_kit.amp import explain as amp_explain
 from course_kit.models import tiny_gpt
 from course_kit.notebook import md, show_source
 from course_kit.plots import amp as amp_plots
+from course_kit.widgets.amp import LossScaleExplorer, ScalerStepper
 
 if DEVICE == "cpu" and P["smoke"]:
     # The smoke model is tiny: one thread avoids OpenMP threads contending on a shared 2-core CI box.
@@ -99,31 +101,54 @@ show_source(amp.train)
 #
 # fp16 has 5 exponent bits. Its smallest normal number is $2^{-14} \approx 6.1\times10^{-5}$; below
 # that it has subnormals down to $2^{-24} \approx 6.0\times10^{-8}$, and anything smaller becomes 0.
-# Gradients are often that small. Since backpropagation is linear in the loss, multiplying the loss
-# by $S$ multiplies every gradient of the backward pass by $S$: with $S = 2^{16}$ the whole
-# histogram moves 16 binades to the right, out of the flush-to-zero zone. Dividing by $S$ in fp32
-# before the optimizer step gives back the true gradients.
+# Since backpropagation is linear in the loss, multiplying the loss by $S$ multiplies every gradient
+# of the backward pass by $S$: with $S = 2^{16}$ the whole histogram moves 16 binades to the right,
+# out of the flush-to-zero zone. Dividing by $S$ in fp32 before the optimizer step gives back the
+# true gradients.
 #
-# We train once in fp32 and look at the gradients of the last step.
+# *Which* gradients are at risk? Not the weights' gradients: the weights are fp32, so their
+# gradients are accumulated in fp32. Under autocast, what the backward pass carries in fp16 are the
+# **activation gradients**: the gradient of the loss with respect to each operation's fp16 output.
+# The first of them is small by construction. The loss is a mean over the $N$ tokens of the step, so
+# $\partial L / \partial \text{logit}_{ij} = (\text{softmax}_{ij} - [j = \text{target}_i]) / N$, and while
+# the model is still close to a uniform guess, $\text{softmax}_{ij} \approx 1/V$ for a vocabulary of $V$:
+# most entries are about $1/(N V)$. We hook those gradients on the course's model, once in fp32 (their
+# true sizes) and once under fp16 autocast without a scaler (what survives):
+
+# %%
+show_source(amp.activation_grads)
 
 # %%
 data = tiny_gpt.batches(tiny_gpt.markov_tokens(cfg.vocab, 50 * cfg.seq_len, seed=0), BATCH, cfg.seq_len, STEPS,
                         seed=0, device=DEVICE)
-fp32_run = amp.train("fp32", preset=PRESET, steps=STEPS, batch=BATCH, lr=LR, device=DEVICE, data=data)
-amp_plots.grad_histogram(fp32_run.grad_hist, scale=2.0**16)
+probe_model = tiny_gpt.TinyGPT.from_preset(PRESET, seed=0, device=DEVICE)
+acts32 = amp.activation_grads(probe_model, data[0], "fp32")
+acts16 = amp.activation_grads(probe_model, data[0], "fp16_noscale")
+hists = {name: amp.log2_hist(a["mags"]) for name, a in acts32.items()}
+md("| gradient of | dtype under fp16 autocast | exactly zero in fp16 | median size in fp32 |\n|---|---|---|---|\n" +
+   "\n".join(f"| {n} | {acts16[n]['dtype']} | {acts16[n]['zero']:.1%} | 2^{torch.log2(a['mags'].median()).item():.1f} |"
+              for n, a in acts32.items()))
 
 # %%
-show_source(amp.underflow_fractions)
+md(amp.explain_logit_grads(BATCH * (cfg.seq_len), cfg.vocab, acts16["logits"]["zero"], where="this run"))
+
+# %% [markdown]
+# **The loss-scale explorer.** The histogram is the true (fp32) gradient of the logits, or of a
+# block's output, from the hook above. Pick a format and a loss scale: the bars move by the scale,
+# and the shaded zones show where values would be flushed to zero (red), kept with fewer bits as
+# subnormals (orange) or overflow (purple). Try fp8 e5m2 and e4m3fn too: their ranges are far
+# narrower, which is why fp8 training scales every tensor.
 
 # %%
-h = fp32_run.grad_hist
-total = sum(h["counts"])
-below = sum(c for e, c in zip(h["log2_lo"], h["counts"]) if e < h["min_subnormal_log2"])
-below_scaled = sum(c for e, c in zip(h["log2_lo"], h["counts"]) if e + 16 < h["min_subnormal_log2"])
-md(f"In this run, **{100 * below / total:.3f}%** of the last step's non-zero gradient entries are below "
-   f"fp16's smallest subnormal: fp16 would have flushed them to zero. Multiplied by $2^{{16}}$, "
-   f"**{100 * below_scaled / total:.3f}%** are. The fraction grows for deeper models and later in "
-   f"training, as gradients shrink.")
+scale_explorer = LossScaleExplorer(hists, fmt="fp16", log2_scale=0)
+widgets.show(scale_explorer.widget, scale_explorer.figure, "the loss-scale explorer")
+
+# %% [markdown]
+# The explorer's numbers come from this function: it decides each power-of-two bin of the histogram
+# by its lower edge, after the shift by the scale.
+
+# %%
+show_source(amp.zones)
 
 # %% [markdown]
 # ## 3. A dynamic loss scaler, written by hand
@@ -176,16 +201,26 @@ md(f"Over {scaler_steps} steps the scale went from $2^{{30}}$ to {r.scales[-1]:.
    f"(largest difference {max_param_diff:.1e}).")
 
 # %% [markdown]
-# ## 4. All five modes on this machine
-#
-# Same initial weights, same batches. On a CPU, TF32 is plain fp32 and 16-bit autocast mostly saves
-# memory (few CPUs have fast 16-bit matmul units), so expect 16-bit steps to be *slower* here; the
-# GPU numbers follow in section 5. Memory is the bytes autograd keeps for the backward pass of one
-# step (and the peak GPU memory on a GPU).
+# **Step it yourself.** Each button is one training step of both scalers, torch's `GradScaler` and
+# the course's `DynamicLossScaler`, with the same gradient: a clean one, or one holding inf or NaN.
+# Watch the skipped step back the scale off, and 3 clean steps in a row grow it again (the growth
+# interval is 3 here, 2000 by default). The two lines must stay on top of each other.
 
 # %%
-runs = {"fp32": fp32_run}
-for mode in bench.progress([m for m in amp.PRECISIONS if m != "fp32"], desc="precision modes"):
+stepper = ScalerStepper(init_scale=2.0**16, growth_interval=3)
+widgets.show(stepper.widget, stepper.figure, "the scaler stepper")
+
+# %% [markdown]
+# ## 4. All five modes on this machine
+#
+# Same initial weights, same batches. Whether 16-bit steps are faster depends on the hardware: a GPU
+# with tensor cores runs 16-bit matmuls many times faster than fp32, many CPUs have no 16-bit matrix
+# units at all. The run below measures it here; the H200's numbers follow in section 5. Memory is the
+# bytes autograd keeps for the backward pass of one step (and the peak GPU memory on a GPU).
+
+# %%
+runs = {}
+for mode in bench.progress(list(amp.PRECISIONS), desc="precision modes"):
     runs[mode] = amp.train(mode, preset=PRESET, steps=STEPS, batch=BATCH, lr=LR, device=DEVICE, data=data)
 amp_plots.loss_curves(runs)
 
@@ -194,14 +229,16 @@ amp_plots.time_and_memory(runs)
 
 # %%
 t = {m: r.median_step_s() for m, r in runs.items()}
-zero = {m: 100 * sum(r.zero_grads) / len(r.zero_grads) for m, r in runs.items()}
-notes = [f"- `{m}`: {amp.note(m, DEVICE)}" for m in runs if amp.note(m, DEVICE)]
-md(f"On this {DEVICE}: bf16 autocast ran a step in {t['bf16'] * 1e3:.1f} ms against {t['fp32'] * 1e3:.1f} ms "
-   f"for strict fp32 (a speed-up of {t['fp32'] / t['bf16']:.2f}x); autocast kept "
-   f"{runs['bf16'].saved_bytes / runs['fp32'].saved_bytes:.2f}x the bytes for backward that fp32 kept. "
-   f"Without scaling, fp16 left on average **{zero['fp16_noscale']:.3f}%** of the gradient entries exactly "
-   f"zero; with the scaler, {zero['fp16_scaler']:.3f}% (fp32: {zero['fp32']:.3f}%). Final losses: " +
-   ", ".join(f"{m} {r.losses[-1]:.3f}" for m, r in runs.items()) + ".\n\n" + "\n".join(notes))
+zero = {m: sum(r.zero_grads) / len(r.zero_grads) for m, r in runs.items()}
+md(amp_explain.explain_step_speed(t, DEVICE) + "\n\n"
+   + amp_explain.explain_saved_bytes({m: r.saved_by_dtype for m, r in runs.items()}) + "\n\n"
+   + f"The weights' gradients (fp32) that were exactly zero, averaged over the steps: fp16 without a scaler "
+     f"**{zero['fp16_noscale']:.3%}**, with the scaler {zero['fp16_scaler']:.3%}, fp32 {zero['fp32']:.3%}. "
+   + "Final losses: " + ", ".join(f"{m} {r.losses[-1]:.3f}" for m, r in runs.items()) + ".\n\n"
+   + amp.explain_logit_grads(BATCH * cfg.seq_len, cfg.vocab, acts16["logits"]["zero"],
+                             runs["fp16_noscale"].losses, where="this run")
+   + "".join(f"\n- {', '.join(f'`{m}`' for m in runs if amp.note(m, DEVICE) == n)}: {n}"
+             for n in dict.fromkeys(amp.note(m, DEVICE) for m in runs) if n))
 
 # %% [markdown]
 # ## 5. On an H200: speed, memory and skipped steps at scale
@@ -218,30 +255,25 @@ if ref is None:
     fig = None
 else:
     rows = [r for r in ref["results"] if "median_step_s" in r]
-    fig = amp_plots.time_and_memory(rows, title=f"Step time and memory per mode on {ref['environment'].get('gpu') or 'the reference machine'}")
+    gpu = ref["environment"].get("gpu") or "the reference machine"
+    # Peak per mode's own step: records made before the leak fix carry memory left over from earlier modes.
+    step_peak = amp_explain.step_peak_gib(rows)
+    fig = amp_plots.time_and_memory([dict(r, peak_mem_gib=step_peak.get(r["name"])) for r in rows],
+                                    title=f"Step time and memory per mode on {gpu}",
+                                    peak_label="GPU memory one step needed (peak minus what was allocated before)")
 fig
 
 # %%
 if ref is not None:
     s = ref["summary"]
-    ok = s["targets"]
-    gpu = ref["environment"].get("gpu") or "reference machine"
-    md(f"On the {gpu}, with {s['n_params'] / 1e6:.0f}M parameters and batch {s.get('batch')} x "
-       f"{s.get('seq_len')} tokens (peak memory of the hungriest mode: {s.get('max_peak_mem_gib', float('nan')):.1f} GiB): the speed-up of a bf16 autocast step over "
-       f"strict fp32 is **{s.get('bf16_speedup_vs_fp32', float('nan')):.2f}x** (target 2.5x: "
-       f"{'met' if ok['bf16_speedup_vs_fp32 >= 2.5'] else 'missed'}); TF32 alone gives "
-       f"{s.get('tf32_speedup_vs_fp32', float('nan')):.2f}x. fp16 with the scaler skipped "
-       f"**{100 * s.get('fp16_scaler_skipped_after_warmup', float('nan')):.2f}%** of its steps after the first "
-       f"{s.get('skipped_warmup_steps')} (target at most 1%: "
-       f"{'met' if ok['fp16_scaler_skipped_after_warmup <= 0.01'] else 'missed'}). The hand-written scaler "
-       f"matched GradScaler on that GPU: {s['checks']['same_scale_history'] and s['checks']['same_params']}.")
+    md(amp_explain.explain_record(s, gpu) + "\n\n" + amp_explain.explain_peak_memory(rows))
     if "explain" in s:
-        md("**Why the bf16 target was missed** (computed by the bench from its own profile): " + s["explain"])
-    if "explain_top_kernels" in s:
-        md("The profiler's top kernels per mode, in one profiled step:")
-        for m, rows_k in s["explain_top_kernels"].items():
-            md(f"**{m}**\n\n| kernel | ms |\n|---|---|\n" +
-               "\n".join(f"| `{k['kernel'][:70]}` | {k['gpu_ms']:.2f} |" for k in rows_k[:6]))
+        md("**Where the bf16 step's time goes** (computed by the bench from its own profile): " + s["explain"])
+    noscale = next((r for r in rows if r["name"] == "fp16_noscale"), None)
+    if noscale is not None:
+        ref_cfg = tiny_gpt.config(ref["params"]["preset"])
+        md(amp.explain_logit_grads(s["batch"] * s["seq_len"], ref_cfg.vocab, None, noscale.get("losses"),
+                                   where=f"the {gpu} run"))
     fig = amp_plots.loss_curves(ref["results"], title="Loss per mode on the reference GPU")
 else:
     fig = None

@@ -1,0 +1,128 @@
+"""The "what just happened" sentences of notebook 02, computed from the run's (or the record's) numbers.
+
+Every comparison uses course_kit.narrate's wording, so "faster", "slower", "more" and "less" follow
+the sign and size of the measured effect; a cause is named only where the numbers show it.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+from .. import narrate
+
+MIB = 2**20
+
+
+def explain_step_speed(times_s: Mapping[str, float], device: str) -> str:
+    """bf16 (and fp16 with the scaler) against strict fp32 in this run: faster, slower or the same."""
+    if "fp32" not in times_s:
+        raise ValueError(f"need the fp32 step time to compare against, got modes {sorted(times_s)}")
+    t32 = times_s["fp32"]
+    parts = []
+    for m in ("tf32", "bf16", "fp16_scaler"):
+        if m in times_s:
+            parts.append(f"`{m}` {times_s[m] * 1e3:.1f} ms, {narrate.speed(times_s[m], t32)} strict fp32")
+    text = f"On this {device}, strict fp32 ran a step in {t32 * 1e3:.1f} ms; " + "; ".join(parts) + "."
+    if device != "cuda" and "tf32" in times_s:
+        text += (f" On a CPU `tf32` runs exactly the code of strict fp32, so the gap between those two "
+                 f"({narrate.speed(times_s['tf32'], t32)}) is this run's timing noise.")
+    if device != "cuda" and "bf16" in times_s and times_s["bf16"] > t32 * (1 + narrate.SAME_WITHIN):
+        text += (" This run does not show why 16-bit autocast is slower here; notebook 00's roofline "
+                 "measured which matmul dtypes this CPU runs natively.")
+    return text
+
+
+def explain_saved_bytes(saved_by_dtype: Mapping[str, Mapping[str, int]], low: str = "bf16") -> str:
+    """How many bytes autocast (`low`) kept for backward against fp32, and which part stayed fp32.
+
+    `saved_by_dtype[mode]` is `RunResult.saved_by_dtype`: bytes saved per tensor dtype."""
+    for m in ("fp32", low):
+        if m not in saved_by_dtype:
+            raise ValueError(f"need the saved bytes of {m!r}, got modes {sorted(saved_by_dtype)}")
+    full, half = saved_by_dtype["fp32"], saved_by_dtype[low]
+    t_full, t_half = sum(full.values()), sum(half.values())
+    if t_full <= 0:
+        raise ValueError("fp32 saved no bytes: nothing to compare")
+    ratio = t_half / t_full
+    kept32 = half.get("float32", 0)
+    sixteen = half.get("bfloat16", 0) + half.get("float16", 0)
+    text = (f"For the backward pass, `{low}` autocast kept {t_half / MIB:.2f} MiB against {t_full / MIB:.2f} MiB "
+            f"for fp32: **{ratio:.2f}x** the bytes ({narrate.more_or_less(t_half / MIB, t_full / MIB, 'MiB')} fp32).")
+    if sixteen:
+        text += (f" Of autocast's saved bytes, {sixteen / MIB:.2f} MiB are 16-bit tensors and {kept32 / MIB:.2f} MiB "
+                 f"({kept32 / t_half:.0%}) stayed fp32 (tensors saved by the operations that autocast leaves in fp32).")
+        if ratio > 0.55:
+            text += " That fp32 part is why the ratio is not 0.5."
+    return text
+
+
+def step_peak_gib(rows: list[Mapping]) -> dict[str, float]:
+    """Per mode, the GPU memory one training step of that mode needed: its peak minus what was already
+    allocated before it started.
+
+    Records made after the leak fix carry `base_mem_gib` (memory allocated when the peak counter was
+    reset). Older records do not; there, what was still allocated after the previous mode
+    (`mem_after_gib`) and the leaked forward graph of the mode's own saved-bytes probe (its
+    `saved_activation_gib`) are subtracted."""
+    out, left_over = {}, 0.0
+    for r in rows:
+        if r.get("peak_mem_gib") is None:
+            continue
+        if r.get("base_mem_gib") is not None:
+            out[r["name"]] = r["peak_mem_gib"] - r["base_mem_gib"]
+        else:
+            out[r["name"]] = r["peak_mem_gib"] - left_over - (r.get("saved_activation_gib") or 0.0)
+        left_over = r.get("mem_after_gib") or 0.0
+    return out
+
+
+def leaked(rows: list[Mapping], threshold_gib: float = 0.5) -> list[tuple[str, float]]:
+    """(mode, GiB still allocated after it was freed) for each mode that left more than the threshold."""
+    return [(r["name"], r["mem_after_gib"]) for r in rows
+            if (r.get("mem_after_gib") or 0.0) > threshold_gib]
+
+
+def explain_peak_memory(rows: list[Mapping]) -> str:
+    """The record's peak memory per mode, and, where memory was left allocated between modes, the
+    per-step peak once that is subtracted, compared with strict fp32."""
+    rows = [r for r in rows if r.get("peak_mem_gib") is not None]
+    if not rows:
+        return "This record has no peak-memory figures."
+    peaks = {r["name"]: r["peak_mem_gib"] for r in rows}
+    step = step_peak_gib(rows)
+    left = leaked(rows)
+    text = "Peak GPU memory (GiB, 2^30 bytes) as recorded: " + ", ".join(f"{m} {v:.1f}" for m, v in peaks.items()) + "."
+    if left:
+        text += (" These peaks include memory that earlier work left allocated: after each mode was freed, "
+                 + ", ".join(f"{v:.1f} GiB after {m}" for m, v in left)
+                 + ". The record was made before a leak was fixed (the probe that counts the bytes saved for "
+                   "backward kept one forward pass's activations alive per mode). Subtracting what was left "
+                   "over and each mode's own probe, one training step needed: "
+                 + ", ".join(f"{m} {v:.1f}" for m, v in step.items()) + " GiB.")
+    base = step.get("fp32")
+    if base and base > 0:
+        cmp = [f"`{m}` {narrate.more_or_less(v, base, 'GiB')} fp32" for m, v in step.items()
+               if m != "fp32" and v > 0]
+        if cmp:
+            text += " Per step: " + "; ".join(cmp) + "."
+    return text
+
+
+def explain_record(summary: Mapping, gpu: str) -> str:
+    """The reference run's headline: bf16 and TF32 against strict fp32, and fp16 + scaler's skipped
+    steps, as numbers with computed wording (no targets)."""
+    bits = [f"On the {gpu}, with {summary['n_params'] / 1e6:.0f}M parameters and batch {summary.get('batch')} x "
+            f"{summary.get('seq_len')} tokens:"]
+    for m, label in (("bf16", "a bf16 autocast step"), ("tf32", "a TF32 step"), ("fp16_scaler", "fp16 with the scaler")):
+        s = summary.get(f"{m}_speedup_vs_fp32")
+        if s:
+            bits.append(f"{label} ran **{narrate.ratio_words(s)}** strict fp32;")
+    sk = summary.get("fp16_scaler_skipped_after_warmup")
+    if sk is not None:
+        bits.append(f"fp16 with the scaler skipped **{sk:.2%}** of its steps after the first "
+                    f"{summary.get('skipped_warmup_steps')}.")
+    checks = summary.get("checks") or {}
+    if checks:
+        same = checks.get("same_scale_history") and checks.get("same_params")
+        bits.append(f"The hand-written scaler {'matched' if same else 'did NOT match'} GradScaler step for step "
+                    f"on that GPU.")
+    return " ".join(bits)
