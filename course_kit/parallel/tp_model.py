@@ -1,0 +1,184 @@
+"""A decode step's time under tensor parallelism, fitted on the 1- and 2-GPU records (notebook 09,
+§8 and its TP widget).
+
+One batch-1 decode step on each of tp GPUs costs
+
+    reads / (tp * hbm)              the weights (and KV cache) this GPU reads, at its bandwidth
+  + layers * per_layer              fixed costs TP does not divide: the dozens of small kernels of
+                                    a layer, each with its own latency (measured inside a CUDA graph)
+  + (2 * layers + 1) * collective   two all-reduces per layer (after attention, after the MLP) and
+                                    one all-gather of the logits' vocabulary slices
+
+and a collective of N bytes over n GPUs costs, for the two algorithms the course runs:
+
+- **ring** (NCCL's): base + 2(n-1) hop + 2(n-1)/n N / busbw. NCCL's own tuning model has this
+  form (src/graph/tuning.cc: latency = base + steps x per-hop latency); the hop latency on NVLink
+  is small (its table gives well under a microsecond for the LL protocol), so going from 2 to 8
+  GPUs adds 12 hops, not 6x the whole call.
+- **one-shot** (oneshot.py, symmetric memory): base + (n-1) N / busbw: one kernel reads every
+  peer's buffer after one barrier, so its latency does not grow with the ring's steps.
+
+What the old model got wrong: it fitted alpha on the 2-GPU bus-bandwidth sweep (eager calls timed
+from the host, whose ~40 us per call is mostly the host launching NCCL) and extrapolated
+2(n-1) alpha, multiplying that launch cost by 7 at n = 8. Inside a captured decode step the launch
+is gone: the records show a few microseconds per all-reduce (`fit_costs`).
+
+`fit_costs` takes the fixed parts from the records (two model sizes at TP=1 give the weight-read
+bandwidth and the per-layer cost; TP=2 gives each algorithm's base latency); the hop latency and the
+bus bandwidth are the only assumptions, and the widget lets the learner move them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from ..memory import ModelShape
+
+ALGORITHMS = ("ring", "one_shot")
+# Memory the reference H200 exposes to PyTorch, in GiB (torch.cuda.get_device_properties(0)
+# .total_memory / 2**30 as device.describe() printed it in data/reference/h200*/notebooks;
+# tests/test_tp_model.py checks it against those executed notebooks).
+H200_GIB = 139.8
+
+
+@dataclass(frozen=True)
+class DecodeCosts:
+    """The parameters of the decode-step model (seconds, bytes per second)."""
+
+    hbm_Bps: float              # effective bandwidth of the weight reads
+    per_layer_s: float          # fixed cost of one layer's kernels, not divided by TP
+    ring_base_s: float          # fixed latency of one ring collective (inside a CUDA graph)
+    one_shot_base_s: float      # fixed latency of one one-shot all-reduce
+    hop_s: float = 0.6e-6       # latency of one ring step over NVLink (an assumption; see above)
+    busbw_Bps: float = 300e9    # bus bandwidth for the bandwidth terms
+    source: str = "defaults"
+
+    def __post_init__(self) -> None:
+        for name in ("hbm_Bps", "busbw_Bps"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}={getattr(self, name)!r}; it must be > 0")
+        for name in ("per_layer_s", "ring_base_s", "one_shot_base_s", "hop_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name}={getattr(self, name)!r}; it must be >= 0")
+
+
+def collective_s(nbytes: float, n: int, algo: str, costs: DecodeCosts) -> float:
+    """Seconds of one all-reduce of `nbytes` over n GPUs (0 for n = 1)."""
+    if algo not in ALGORITHMS:
+        raise ValueError(f"algo={algo!r}; choose one of {ALGORITHMS}")
+    if n < 1 or nbytes < 0:
+        raise ValueError(f"need n >= 1 and nbytes >= 0; got n={n}, nbytes={nbytes}")
+    if n == 1:
+        return 0.0
+    if algo == "ring":
+        return costs.ring_base_s + 2 * (n - 1) * costs.hop_s + 2 * (n - 1) / n * nbytes / costs.busbw_Bps
+    return costs.one_shot_base_s + (n - 1) * nbytes / costs.busbw_Bps
+
+
+def step_s(read_bytes: float, hidden: int, layers: int, tp: int, costs: DecodeCosts,
+           algo: str = "ring", batch: int = 1, act_bytes: int = 2) -> dict[str, float]:
+    """One decode step's time and its parts: {"reads_s", "fixed_s", "comm_s", "total_s"}.
+
+    read_bytes: what the whole model reads per step (weights, plus KV cache if wanted), before
+    sharding; each GPU reads 1/tp of it.
+    """
+    if tp < 1 or layers < 1 or batch < 1 or hidden < 1:
+        raise ValueError(f"need tp, layers, batch, hidden >= 1; got tp={tp}, layers={layers}, "
+                         f"batch={batch}, hidden={hidden}")
+    reads = read_bytes / tp / costs.hbm_Bps
+    fixed = layers * costs.per_layer_s
+    comm = (2 * layers + 1) * collective_s(batch * hidden * act_bytes, tp, algo, costs)
+    return {"reads_s": reads, "fixed_s": fixed, "comm_s": comm, "total_s": reads + fixed + comm}
+
+
+def read_bytes_of(shape: ModelShape, bytes_per_param: float = 2.0) -> float:
+    """Weight bytes one decode step reads: every weight but the input embedding table (a lookup
+    reads one row), which tied embeddings read once as the output layer."""
+    untied_embedding = 0 if shape.tied_embeddings else shape.vocab * shape.hidden
+    return (shape.n_params() - untied_embedding) * bytes_per_param
+
+
+def shape_of_config(cfg: Any) -> ModelShape:
+    """A course-model config (models.llama.ModelConfig) as a memory.ModelShape."""
+    return ModelShape(cfg.name, cfg.n_layers, cfg.dim, cfg.n_heads, cfg.n_kv_heads, cfg.ffn_dim,
+                      cfg.vocab_size, tied_embeddings=cfg.tie_embeddings)
+
+
+def _decode_rows(record: Mapping[str, Any]) -> dict[tuple[str, int], Mapping[str, Any]]:
+    return {(r["model"], r["tp"]): r for r in record.get("results", []) if r.get("name") == "decode"}
+
+
+def fit_costs(record: Mapping[str, Any], shapes: Mapping[str, ModelShape],
+              mode: str = "cuda_graph", hop_s: float = 0.6e-6, busbw_Bps: float = 300e9,
+              models: tuple[str, str] | None = None) -> DecodeCosts:
+    """Fit hbm_Bps and per_layer_s on two models at TP=1, then each algorithm's base latency at
+    TP=2 (averaged over the models), from one `course-kit bench parallel` record.
+
+    The TP=2 time of `mode` ran with the algorithm the row names (row["all_reduce"]: one_shot or
+    nccl); mode + "_nccl" is the same captured step with NCCL's ring.
+    """
+    rows = _decode_rows(record)
+    names = list(models or sorted({m for m, t in rows if t == 1 and (m, 2) in rows and m in shapes}))
+    if len(names) < 2:
+        raise ValueError(f"fitting needs two models at TP=1 and TP=2 with known shapes; found {names}")
+    a, b = names[:2]
+    ra, rb = read_bytes_of(shapes[a]), read_bytes_of(shapes[b])
+    la, lb = shapes[a].layers, shapes[b].layers
+    ta, tb = (rows[(x, 1)]["s_per_token_by_mode"][mode] for x in (a, b))
+    det = ra * lb - rb * la
+    if det == 0:
+        raise ValueError(f"models {a} and {b} have proportional reads and layers: cannot separate them")
+    inv_bw = (ta * lb - tb * la) / det              # 2x2 solve of t = R / B + L c
+    per_layer = (ta - ra * inv_bw) / la
+    if not (inv_bw > 0 and per_layer >= 0):
+        raise ValueError(f"the TP=1 times of {a} and {b} give no positive bandwidth and cost")
+    partial = DecodeCosts(1.0 / inv_bw, per_layer, 0.0, 0.0, hop_s, busbw_Bps, "fit")
+    bases: dict[str, list[float]] = {"ring": [], "one_shot": []}
+    for x in (a, b):
+        row = rows[(x, 2)]
+        sh = shapes[x]
+        base = step_s(read_bytes_of(sh), sh.hidden, sh.layers, 2, partial, "ring")
+        ar = row["s_per_token_by_mode"]
+        per_call = {"ring": ar.get(mode + "_nccl", ar[mode] if row.get("all_reduce", "nccl") == "nccl" else None),
+                    "one_shot": ar[mode] if row.get("all_reduce") == "one_shot" else None}
+        for algo, total in per_call.items():
+            if total is None:
+                continue
+            # base + the hops and bytes of n = 2 that collective_s adds on top of its base
+            extra = collective_s(sh.hidden * 2, 2, algo, replace(partial, ring_base_s=0.0, one_shot_base_s=0.0))
+            bases[algo].append((total - base["total_s"]) / (2 * sh.layers + 1) - extra)
+    if not bases["ring"]:
+        raise ValueError("the record has no TP=2 time with NCCL's all-reduce")
+    ring = max(0.0, sum(bases["ring"]) / len(bases["ring"]))
+    one = max(0.0, sum(bases["one_shot"]) / len(bases["one_shot"])) if bases["one_shot"] else ring
+    return replace(partial, ring_base_s=ring, one_shot_base_s=one,
+                   source=f"fitted on {a} and {b} ({mode}), TP=1 and TP=2")
+
+
+def predict_record(record: Mapping[str, Any], shapes: Mapping[str, ModelShape], costs: DecodeCosts,
+                   mode: str = "cuda_graph") -> list[dict]:
+    """Model against record: one row per decode row of `record` (model, tp, algo, measured, model)."""
+    out = []
+    for (name, tp), row in sorted(_decode_rows(record).items()):
+        if name not in shapes or mode not in row["s_per_token_by_mode"]:
+            continue
+        sh = shapes[name]
+        pairs = [("ring" if row.get("all_reduce", "nccl") == "nccl" else "one_shot", mode)]
+        if tp > 1 and mode + "_nccl" in row["s_per_token_by_mode"]:
+            pairs.append(("ring", mode + "_nccl"))
+        for algo, m in pairs:
+            pred = step_s(read_bytes_of(sh), sh.hidden, sh.layers, tp, costs, algo)["total_s"]
+            meas = row["s_per_token_by_mode"][m]
+            out.append({"model": name, "tp": tp, "algo": algo if tp > 1 else "-", "measured_s": meas,
+                        "model_s": pred, "error": pred / meas - 1})
+    return out
+
+
+def explain_fit(rows: list[dict]) -> str:
+    """How well the model reproduces the record it was fitted on (largest relative error)."""
+    if not rows:
+        raise ValueError("no rows to compare")
+    worst = max(rows, key=lambda r: abs(r["error"]))
+    return (f"Against the {len(rows)} recorded decode times, the model is off by at most "
+            f"**{abs(worst['error']):.1%}** ({worst['model']}, TP={worst['tp']}"
+            f"{', ' + worst['algo'] if worst['algo'] != '-' else ''}).")
