@@ -8,7 +8,12 @@ The idea, in PyTorch (notebook 08):
     online_softmax   the running-max / rescaled-sum recurrence: one row, blockwise, and
                      `online_softmax_update`, the one PyTorch fold (tiled, ring attention)
     tiled            the flash-attention forward in pure PyTorch (loops over blocks)
+    row_steps        one query row folded block by block: m, l and the output after each block
+    tiles            which (query block, key block) tiles a flash kernel computes and which it skips
+    io_complexity    HBM accesses of standard and flash attention (Dao et al. 2022, Theorem 2)
     sdpa_backends    PyTorch's scaled_dot_product_attention backends and which GPUs have which
+    availability     probes for Triton and xFormers that say why they cannot run here
+    explain          notebook 08's "what just happened", worded from the measured numbers
 What the course model runs (PyTorch):
     gqa              grouped-query attention: causal SDPA, one-query decode over a contiguous cache
     paged            PagedBatch, and attention over a paged KV cache (reference and gathered)
