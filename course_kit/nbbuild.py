@@ -233,15 +233,30 @@ def ci_notebook(src: Path) -> dict:
     """What `make test` runs for one notebook: the learner's build top to bottom, then, in the same
     kernel, the solved build's cells from its first exercise on. Both builds share every cell before
     the first exercise (tests/test_nbbuild.py checks it), so this runs every cell of both builds while
-    running the long shared part once."""
+    running the long shared part once. Hidden checks are left to the grader, whose checkers live in
+    the instructor's tree (the grading tests grade the solved build)."""
+    from .grading import cells as ex_cells
     solved, learn = build_solved(src), build(src)
     start = first_exercise(solved)
     if start is None:
         return learn
     marker = {"cell_type": "markdown", "id": "solved-build", "metadata": {},
               "source": ["## The solved build, from its first exercise on (CI only)"]}
-    tail = [{**c, "id": f"solved-{c['id']}"} for c in solved["cells"][start:]]
+    tail = [{**c, "id": f"solved-{c['id']}"} for c in solved["cells"][start:] if ex_cells.role(c) != "hidden"]
     return {**learn, "cells": learn["cells"] + [marker] + tail}
+
+
+def write_solved(folder: Path, selectors: list[str] | None = None) -> list[Path]:
+    """Write the solved build of the selected notebooks (default all) into `folder`: the instructor
+    notebooks that `course-kit release` and `grade` take as their source."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for src in sources(selectors):
+        target = folder / (src.stem + ".ipynb")
+        target.write_text(_dump(build(src, solved=True)))
+        written.append(target)
+    return written
 
 
 def render(src: Path, solved: bool = False) -> str:
@@ -269,12 +284,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ci", metavar="DIR", help="write what make test runs (learner build, then the "
                         "solved build's exercises) into DIR instead")
     args = parser.parse_args(argv)
-    if args.solved or args.ci:
-        folder = Path(args.solved or args.ci)
+    if args.solved:
+        print(f"built {len(write_solved(Path(args.solved), args.selectors))} solved notebooks into {args.solved}")
+        return 0
+    if args.ci:
+        folder = Path(args.ci)
         folder.mkdir(parents=True, exist_ok=True)
         for src in sources(args.selectors):
-            nb = build(src, solved=True) if args.solved else ci_notebook(src)
-            (folder / (src.stem + ".ipynb")).write_text(_dump(nb))
+            (folder / (src.stem + ".ipynb")).write_text(_dump(ci_notebook(src)))
         print(f"built {len(sources(args.selectors))} notebooks into {folder}")
         return 0
     stale = []
