@@ -88,28 +88,41 @@ def io_shares(bytes_moved: float, seconds: float, flops: float, bandwidth_gbs: f
 
 
 def explain_io_row(name: str, bytes_moved: float, seconds: float, flops: float, bandwidth_gbs: float,
-                   peak_tflops: float | None) -> str:
+                   peak_tflops: float | None, uncounted: str = "") -> str:
     """One variant's counted HBM bytes and FLOPs held against its measured time.
 
     Names memory as the bound when moving the counted bytes at the measured bandwidth takes most of
-    the time, arithmetic when the FLOPs at the measured peak do, and says the run does not show the
-    cause when neither does. A count that would need more than the measured time is said to
-    overstate the traffic that reached memory.
+    the time and the FLOPs at the measured peak do not, arithmetic in the opposite case, and says
+    the run cannot tell when both would (they overlap on a GPU) or when neither does (then
+    `uncounted`, what the count leaves out, is named as not counted, not as the cause). A count that
+    needs more than the measured time overstates the traffic that reached memory; a FLOP share
+    above 1 means the measured matmul rate was no ceiling in this run, and it is left out.
     """
     mem, comp = io_shares(bytes_moved, seconds, flops, bandwidth_gbs, peak_tflops)
     t_ms = seconds * 1e3
     head = (f"**{name}**: {narrate.gib(bytes_moved):.3g} GiB counted; at {bandwidth_gbs:,.0f} GB/s that takes "
             f"{mem * t_ms:.3g} ms of its measured {t_ms:.3g} ms ({mem:.0%})")
-    comp_txt = f"; its FLOPs at the {peak_tflops:,.3g} TFLOP/s peak take {comp:.0%}" if comp is not None else ""
+    note = ""
+    if comp is not None and comp > 1.0:
+        note = (f"; its FLOPs ran faster than the {peak_tflops:,.3g} TFLOP/s measured for a matmul, so that "
+                f"rate was no ceiling in this run and is left out")
+        comp = None
+    elif comp is not None:
+        note = f"; its FLOPs at the {peak_tflops:,.3g} TFLOP/s measured peak take {comp:.0%}"
+    head += note
     if mem > 1.0:
-        return (head + comp_txt + ": it ran faster than its counted bytes allow at that bandwidth, so the count "
-                "overstates the traffic that reached memory here (caches kept some of it).")
-    if mem >= MOST and (comp is None or mem >= comp):
-        return head + comp_txt + ": moving memory is most of its time (memory-bound)."
+        return (head + ": it ran faster than its counted bytes allow at that bandwidth, so the count overstates "
+                "the traffic that reached memory here (caches served some of it).")
+    if mem >= MOST and comp is not None and comp >= MOST:
+        return (head + ": each alone would take most of its time, and a GPU overlaps loads with math, so this "
+                "run cannot tell which bounds it (the count, which knows only SRAM and HBM, is an upper bound "
+                "on HBM traffic: the L2 cache can serve repeated K and V reads).")
+    if mem >= MOST:
+        return head + ": moving memory is most of its time (memory-bound)."
     if comp is not None and comp >= MOST:
-        return head + comp_txt + ": arithmetic is most of its time (compute-bound), not memory traffic."
-    return (head + comp_txt + ": neither accounts for most of its time; this run does not show what does "
-            "(launches, Python loops and cache misses are not measured here).")
+        return head + ": arithmetic is most of its time (compute-bound), not memory traffic."
+    tail = f" Not counted: {uncounted}." if uncounted else ""
+    return head + ": the count explains only a small part of its time; this run does not show what the rest is." + tail
 
 
 def explain_ratios(summary: Mapping) -> str:
@@ -123,17 +136,17 @@ def explain_ratios(summary: Mapping) -> str:
                       ("triton_over_cudnn", "the cuDNN backend"), ("triton_over_xformers", "xFormers")):
         ratio = summary.get(key)
         if ratio:
-            parts.append(f"{narrate.ratio_words(ratio)} {peer} ({ratio:.2f}x its TFLOP/s)")
+            parts.append(f"{narrate.ratio_words(ratio)} {peer}")
     return ", ".join(parts) + "."
 
 
-def explain_fastest(tflops: Mapping[str, float | None]) -> str:
+def explain_fastest(tflops: Mapping[str, float | None], where: str = "here") -> str:
     """Section 6: which variant reached the most TFLOP/s here, and naive against it."""
     at = {k: v for k, v in tflops.items() if v}
     if not at:
-        return "No variant was timed at this shape."
+        return f"No variant was timed {where}."
     fastest = max(at, key=at.get)
-    text = f"The highest rate here is **{fastest}** at **{at[fastest]:.3g} TFLOP/s**"
+    text = f"The highest rate {where} is **{fastest}** at **{at[fastest]:.3g} TFLOP/s**"
     if "naive" in at and fastest != "naive":
         text += f"; naive reached {at['naive']:.3g}, {narrate.rate(at['naive'], at[fastest])} {fastest}"
     return text + "."
@@ -152,20 +165,22 @@ def explain_backward(tflops: Mapping[str, float]) -> str:
 
 
 def explain_roofline(points: Sequence[Mapping], ridge: float) -> str:
-    """Each kernel's intensity against the ridge point (FLOP/byte): which side of it, and by how much."""
+    """Each kernel's intensity against the ridge point (FLOP/byte): which side of it, by how much.
+
+    Kernels with the same counted bytes share one intensity, so they are named together.
+    """
     _pos(ridge=ridge)
     if not points:
         return "No kernel to place on the roofline."
-    right = [p for p in points if p["intensity"] >= ridge]
-    left = [p for p in points if p["intensity"] < ridge]
+    groups: dict[float, list[str]] = {}
+    for p in points:
+        groups.setdefault(float(f"{p['intensity']:.3g}"), []).append(f"**{p['name']}**")
     parts = []
-    if right:
-        parts.append("right of the ridge (the compute-bound side): " + ", ".join(
-            f"**{p['name']}** ({p['intensity'] / ridge:.3g}x the ridge's {ridge:.0f} FLOP/B)" for p in right))
-    if left:
-        parts.append("left of it (the memory-bound side): " + ", ".join(
-            f"**{p['name']}** ({p['intensity']:.3g} FLOP/B)" for p in left))
-    return "By their counted bytes, " + "; ".join(parts) + "."
+    for value, names in sorted(groups.items(), reverse=True):
+        side = ("right of the ridge (the compute-bound side)" if value >= ridge
+                else "left of the ridge (the memory-bound side)")
+        parts.append(f"{', '.join(names)} at {value:,.4g} FLOP/B, {value / ridge:.3g}x the ridge's {ridge:,.0f}: {side}")
+    return "By their counted bytes: " + "; ".join(parts) + "."
 
 
 def explain_xformers(ok: bool, why: str, times: Mapping[str, float] | None = None) -> str:
