@@ -108,3 +108,12 @@ def test_run_topic_hands_every_benchmark_the_defaults_dtype(monkeypatch):
         assert seen["dtype"] is torch.bfloat16
     finally:
         bench._TOPICS.pop("_dtype_probe", None)
+
+
+def test_current_capability_is_the_gpus_or_none(monkeypatch):
+    monkeypatch.delenv(device.EMULATE_ENV, raising=False)
+    expected = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+    assert device.current_capability() == expected == device.capabilities().capability
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv(device.EMULATE_ENV, "t4")          # nothing to emulate on without a GPU
+    assert device.current_capability() is None
