@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .narrate import ratio_words
+from .narrate import ratio_words, speed
 
 # data/traces/ (as engine.trace has it; not imported from there so that load-client processes
 # start without importing torch)
@@ -180,10 +180,20 @@ def explain_knee(knee_rps: float | None, top_rps: float, capacity_rps: float, th
                          f"{capacity_rps:.3g}/s, {why}.")}
 
 
-def describe(summary: dict) -> str:
-    """"What just happened" under notebook 06's latency-vs-load figure, from a serving record's
-    summary: each server's knee and what sets it, the serving layer's cost against the offline
-    engine, and the course server against the peer (or why the peer did not run)."""
+def sweep_rows(record: dict) -> dict[str, list[dict]]:
+    """The Poisson-rate rows of a serving record, per server, in increasing rate."""
+    out: dict[str, list[dict]] = {}
+    for r in record.get("results", []):
+        if r.get("kind") == "poisson" and r.get("rate_rps") is not None:
+            out.setdefault(r["server"], []).append(r)
+    return {k: sorted(v, key=lambda r: r["rate_rps"]) for k, v in out.items()}
+
+
+def describe(record: dict) -> str:
+    """"What just happened" under notebook 06's latency-vs-load figure, from a serving record:
+    each server's knee and what sets it, the serving layer's cost against the offline engine, and
+    the course server against the peer (or why the peer did not run)."""
+    summary, rows = record.get("summary", {}), sweep_rows(record)
     servers, th = summary.get("servers", {}), summary.get("threshold_s", 1.0)
     course, peer = servers.get("course", {}), servers.get("transformers serve", {})
     if "capacity_rps" not in course:
@@ -211,6 +221,11 @@ def describe(summary: dict) -> str:
                  f"{course['capacity_rps']:.3g}, {more} the peer. " +
                  explain_knee(peer["knee_rps"], peer["top_rate_rps"], peer["capacity_rps"], th)["sentence"]
                  .replace("p99 TTFT", "Its p99 TTFT", 1))
+    light = {name: rows[name][0].get("tpot_p50_s") for name in ("course", "transformers serve") if rows.get(name)}
+    if all(isinstance(light.get(k), (int, float)) and light[k] > 0 for k in ("course", "transformers serve")):
+        c, q = light["course"], light["transformers serve"]
+        parts.append(f"Per token, at each server's lowest rate, the course server's p50 TPOT was {c * 1e3:.3g} ms and "
+                     f"the peer's {q * 1e3:.3g} ms: the course server is {speed(c, q)} the peer.")
     if course["knee_rps"] is not None and peer["knee_rps"] is not None:
         amount = ratio_words(course["knee_rps"] / peer["knee_rps"], better="more load", worse="less load",
                              same="about the same load as")

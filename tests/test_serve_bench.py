@@ -153,7 +153,7 @@ def test_the_figure_draws_the_record(smoke_record):
     fig = splots.latency_vs_load(smoke_record)
     names = {t.name for t in fig.data}
     assert {"course p50", "course p99"} <= names
-    n = len(splots.sweep_rows(smoke_record)["course"])
+    n = len(loadgen.sweep_rows(smoke_record)["course"])
     assert all(len(t.x) == n for t in fig.data if t.name.startswith("course p"))
 
 
@@ -173,13 +173,15 @@ def test_a_peer_that_cannot_start_is_recorded_with_its_own_error(tmp_path):
     assert said and reason and reason[:100] in out["log_tail"], out
 
 
-def _summary(course_cap, peer_cap, course_knee, peer_knee, served, ceiling, peer_skipped=None):
+def _summary(course_cap, peer_cap, course_knee, peer_knee, served, ceiling, peer_skipped=None, tpots=None):
     course = {"capacity_rps": course_cap, "knee_rps": course_knee, "top_rate_rps": 1.25 * course_cap,
               "saturated_tok_s": served}
     peer = ({"skipped": peer_skipped} if peer_skipped else
             {"capacity_rps": peer_cap, "knee_rps": peer_knee, "top_rate_rps": 1.25 * peer_cap})
-    return {"threshold_s": 1.0, "offline_ceiling_tok_s": ceiling,
-            "servers": {"course": course, "transformers serve": peer}}
+    results = [{"server": name, "kind": "poisson", "rate_rps": rate, "tpot_p50_s": tpot}
+               for name, rate, tpot in (tpots or [])]
+    return {"results": results, "summary": {"threshold_s": 1.0, "offline_ceiling_tok_s": ceiling,
+                                            "servers": {"course": course, "transformers serve": peer}}}
 
 
 def test_describe_wording_follows_the_numbers_both_ways():
@@ -196,4 +198,10 @@ def test_describe_wording_follows_the_numbers_both_ways():
     skipped = loadgen.describe(_summary(20.0, None, None, None, 900.0, 1000.0,
                                         peer_skipped="RuntimeError: transformers serve exited with code 1: boom"))
     assert "did not run here: RuntimeError" in skipped and "boom" in skipped
-    assert "did not run" in loadgen.describe({"servers": {"course": {"skipped": "no GPU"}}})
+    assert "did not run" in loadgen.describe({"summary": {"servers": {"course": {"skipped": "no GPU"}}}})
+    tpot = [("course", 20.0, 0.002), ("course", 10.0, 0.004), ("transformers serve", 5.0, 0.1),
+            ("transformers serve", 9.0, 0.3)]
+    per_token = loadgen.describe(_summary(40.0, 8.0, None, None, 9000.0, 10000.0, tpots=tpot))
+    assert "4 ms" in per_token and "100 ms" in per_token and "25.00x faster than the peer" in per_token
+    tpot = [("course", 10.0, 0.05), ("transformers serve", 5.0, 0.01)]
+    assert "5.00x slower than the peer" in loadgen.describe(_summary(40.0, 8.0, None, None, 9e3, 1e4, tpots=tpot))

@@ -5,14 +5,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-
-def sweep_rows(record: dict) -> dict[str, list[dict]]:
-    """The Poisson-rate rows of a serving record, per server, in increasing rate."""
-    out: dict[str, list[dict]] = {}
-    for r in record.get("results", []):
-        if r.get("kind") == "poisson" and r.get("rate_rps") is not None:
-            out.setdefault(r["server"], []).append(r)
-    return {k: sorted(v, key=lambda r: r["rate_rps"]) for k, v in out.items()}
+from ..loadgen import sweep_rows
 
 
 def latency_vs_load(record: dict, title: str | None = None) -> go.Figure:
