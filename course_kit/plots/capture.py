@@ -32,3 +32,25 @@ def timing_figure(rows: list[dict]) -> go.Figure:
                 text=[f"{r['call_us']:.0f}" for r in rows])
     fig.update_layout(height=380, showlegend=False, margin=dict(t=40, b=10))
     return fig
+
+
+def gallery_figure(cells: list[dict], traps: list[str], methods: tuple[str, ...],
+                   selected: tuple[str, str] | None = None) -> go.Figure:
+    """Notebook 04's capture gallery as a grid: one row per trap, one column per method, coloured by
+    verdict; the selected cell is marked ▶ and the cells not tried yet are grey."""
+    by = {(c["trap"], c["method"]): c for c in cells}
+    columns, colours = [[f"<b>{t}</b>" for t in traps]], [["#f5f5f5"] * len(traps)]
+    for m in methods:
+        col, colour = [], []
+        for t in traps:
+            c = by.get((t, m))
+            mark = "▶ " if selected == (t, m) else ""
+            col.append(f"{mark}{c['status']}" if c else f"{mark}not tried yet")
+            colour.append(_COLOURS[c["status"]] if c else "#eeeeee")
+        columns.append(col)
+        colours.append(colour)
+    fig = go.Figure(go.Table(columnwidth=[2.2] + [1.6] * len(methods),
+                             header=dict(values=["trap"] + list(methods), fill_color="#e0e0e0", align="left"),
+                             cells=dict(values=columns, fill_color=colours, align="left", height=30)))
+    fig.update_layout(height=90 + 34 * len(traps), margin=dict(t=10, b=10, l=10, r=10))
+    return fig

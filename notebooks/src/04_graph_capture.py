@@ -38,9 +38,11 @@ import warnings
 import torch
 from torch.export import Dim
 
-from course_kit import capture, capture_traps as traps, grading
+from course_kit import capture, capture_traps as traps, grading, narrate
 from course_kit.notebook import md, show_source
 from course_kit.plots import capture as capture_plots
+from course_kit.widgets import show
+from course_kit.widgets.capture import CaptureGallery
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)  # shown on purpose in section 5
 torch.manual_seed(0)
@@ -126,9 +128,9 @@ capture_plots.timing_figure(timing)
 slowest = max(timing[1:], key=lambda r: r["capture_s"])
 md(f"**What just happened.** On this machine, capture took from "
    f"{min(r['capture_s'] for r in timing[1:]):.2f} s to {slowest['capture_s']:.2f} s ({slowest['method']}). "
-   "One call, relative to eager (above 1 means faster): "
-   + ", ".join(f"{r['method']} {r['vs_eager']:.2f}×" for r in timing[1:])
-   + ". Small blocks on a CPU are dominated by per-op overhead, so these ratios are noisy.")
+   "One call of the captured block against eager: "
+   + ", ".join(f"{r['method']} {narrate.ratio_words(r['vs_eager'])} eager" for r in timing[1:])
+   + f" (medians of {REPEAT} calls).")
 
 # %% [markdown]
 # ## 4. A gallery of traps
@@ -182,6 +184,17 @@ dims = traps.export_dim_constraint()
 print("plain Dim:", dims["plain_dim"])
 print("export suggests:\n  " + "\n  ".join(dims["suggested"]))
 print("with length = 2 * Dim('half'), correct at a new shape:", dims["derived_dim_ok"])
+
+# %% [markdown]
+# ### 4e. Try it: the capture gallery
+# Pick a trap and a capture method. Each cell is a real capture of a small module, run on a probe
+# input beside eager PyTorch: you see the captured program (its operator lines), and whether the
+# output, the caller's tensor after an in-place change, and a Python side effect still match eager.
+# Every cell was captured once when this cell ran; flipping between them only reads the result.
+
+# %%
+gallery = CaptureGallery("data-dependent branch", "jit.trace", prefill=True)
+show(gallery.widget, gallery.figure, "the capture gallery")
 
 # %% [markdown]
 # ## 5. TorchScript today
