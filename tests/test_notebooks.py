@@ -35,28 +35,46 @@ def test_anatomy(nb):
     assert not re.search(r"\b\d+(\.\d+)?\s?(x|×)\s+(faster|speed-?up)", prose)
 
 
-@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
-def test_exercises_are_complete(nb):
-    cells = json.loads(nb.read_text())["cells"]
+SOURCES = sorted(nbbuild.SOURCES.glob("[0-9][0-9]_*.py"))
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)
+def test_exercises_are_complete_in_the_solved_build(src):
+    cells = nbbuild.build(src, solved=True)["cells"]
     roles: dict[str, set] = {}
     for c in cells:
         meta = c["metadata"].get("course_kit")
         if meta:
             roles.setdefault(meta["exercise"], set()).add(meta["role"])
             if meta["role"] == "solution":
-                src = "".join(c["source"])
-                assert "### BEGIN SOLUTION" in src and "### END SOLUTION" in src
+                src_text = "".join(c["source"])
+                assert "### BEGIN SOLUTION" in src_text and "### END SOLUTION" in src_text
                 assert isinstance(meta.get("points"), (int, float)) and meta["points"] > 0
             if meta["role"] == "check":
                 assert f'check("{meta["exercise"]}"' in "".join(c["source"])
     for ex, found in roles.items():
         assert {"solution", "check"} <= found, f"exercise {ex} lacks {({'solution', 'check'} - found)}"
-        assert ex.startswith(nb.stem[:2] + "."), f"exercise id {ex} does not start with the notebook number"
+        assert ex.startswith(src.stem[:2] + "."), f"exercise id {ex} does not start with the notebook number"
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_the_learners_build_holds_stubs_not_solutions(nb):
+    """What the badges open: no solution, no hidden check; exercise and check cells may raise."""
+    text = nb.read_text()
+    assert "BEGIN SOLUTION" not in text and "END SOLUTION" not in text
+    for c in json.loads(text)["cells"]:
+        meta = c["metadata"].get("course_kit") or {}
+        tagged = nbbuild.RAISES in c["metadata"].get("tags", [])
+        assert meta.get("role") != "hidden", f"hidden cell of {meta.get('exercise')} in the learner's build"
+        assert tagged == (meta.get("role") in ("solution", "check")), \
+            f"raises-exception must tag exactly the exercise and check cells: {''.join(c['source'])[:60]!r}"
+        if meta.get("role") == "solution":
+            assert f'raise NotImplementedError("Exercise {meta["exercise"]}: ' in "".join(c["source"])
 
 
 def test_setup_cell_never_reinstalls_torch():
     setup = nbbuild.setup_cell("https://github.com/o/r")
-    assert "keep-torch.txt" in setup and "-c" in setup
+    assert "colab.setup(CHECKOUT, REPOSITORY)" in setup and "git\", \"clone" in setup
     assert not re.search(r"pip\"?, \"install\"[^\n]*\"torch", setup)
 
 
