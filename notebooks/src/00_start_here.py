@@ -32,10 +32,13 @@ REPEAT = P["repeat"]          # timed repeats (the median is reported)
 import plotly.graph_objects as go
 import torch
 
-from course_kit import bench, notebook, plots, reference, roofline
+from course_kit import bench, narrate, notebook, plots, reference, roofline, widgets
 from course_kit.notebook import md, show_source
+from course_kit.widgets.roofline import RooflineExplorer
 
-P
+md(f"Parameters: device **{P['device']}**, compute dtype **{device.dtype_name(P['dtype'])}**, size "
+   f"**{P['size']}**{' (smoke)' if P['smoke'] else ''}; copy buffers of {COPY_MIB} MiB, matmul n = {MATMUL_N}, "
+   f"{REPEAT} timed repeats.")
 
 # %% [markdown]
 # ## 1. The machine, and what the course will do on it
@@ -104,22 +107,17 @@ show_source(roofline.copy_bandwidth)
 own = bench.run_topic("roofline", {"copy_mib": COPY_MIB, "matmul_n": MATMUL_N, "repeat": REPEAT})
 ref = notebook.record("roofline", "h200", quiet=True)   # the reference record, compared with yours
 spec = device.peaks()
-copy_gbs = own["summary"]["copy_gbs"]
-text = f"This machine copies at **{copy_gbs:,.0f} GB/s** (read + write, {COPY_MIB} MiB buffers)."
-if spec:
-    text += f" The {spec.name} datasheet promises {spec.hbm_gbs:,.0f} GB/s: **{copy_gbs / spec.hbm_gbs:.0%}** of it."
-if ref:
-    text += (f" The reference {ref['environment']['gpu']} measured **{ref['summary']['copy_gbs']:,.0f} GB/s**, "
-             f"{ref['summary']['copy_gbs'] / copy_gbs:,.0f}x this machine.")
-md(text)
+md(roofline.explain_copy(own["summary"]["copy_gbs"], ref["summary"]["copy_gbs"] if ref else None,
+                         ref["environment"]["gpu"] if ref else "", spec.hbm_gbs if spec else None,
+                         spec.name if spec else ""))
 
 # %% [markdown]
 # ## 4. Matmul FLOP/s by dtype
 #
 # An `n x n x n` matmul does `2 n^3` FLOPs. At large `n` it is compute-bound, so its rate approaches
-# the math units' peak. On a GPU we measure strict fp32 (TF32 off), TF32, bf16 and fp16; the
-# tensor-core dtypes are an order of magnitude faster than fp32, which is why the rest of the
-# course cares so much about dtypes.
+# the math units' peak. On a GPU we measure strict fp32 (TF32 off), TF32, bf16 and fp16: tensor
+# cores run the smaller formats, and how far apart the dtypes are on this machine and on the
+# reference is printed below the figure. (On a CPU without matrix units only fp32 is measured.)
 
 # %%
 show_source(roofline.matmul_rate)
@@ -146,8 +144,8 @@ text = f"Fastest dtype here: **{best}** at **{rates[best]:.3g} TFLOP/s** (n = {M
 if ref:
     r = ref["summary"]["matmul_tflops"]
     text += (f" The reference {ref['environment']['gpu']} at n = {ref['params']['matmul_n']}: bf16 "
-             f"**{r.get('bf16', float('nan')):.0f} TFLOP/s**, strict fp32 **{r.get('fp32', float('nan')):.0f} TFLOP/s** "
-             f"({r.get('bf16', float('nan')) / r.get('fp32', float('nan')):.0f}x apart).")
+             f"**{r.get('bf16', float('nan')):.0f} TFLOP/s**, strict fp32 **{r.get('fp32', float('nan')):.0f} TFLOP/s**: "
+             f"bf16 runs {narrate.rate(r['bf16'], r['fp32'])} strict fp32 there.")
 md(text)
 
 # %% [markdown]
@@ -190,6 +188,20 @@ if ref:
        f"before compute, not memory, limits it. A decode step of an LLM does about 1 FLOP per byte of "
        f"weights it reads (2 FLOPs per bf16 weight of 2 bytes): it sits about {ridge:.0f}x to the left of the "
        f"ridge, deep in the memory-bound region.")
+
+# %% [markdown]
+# ### The roofline explorer
+#
+# Pick an operation, its size and dtype. The explorer counts its FLOPs and the bytes it must move
+# (each input read once, each output written once), and places it under the measured ceilings of
+# this machine and of the reference GPU: left of a machine's ridge, memory bandwidth limits it; right
+# of it, the math units do. Watch the matrix-vector product of a decode step cross the ridge as the
+# batch grows: every weight read from memory then serves more rows.
+
+# %%
+roof = RooflineExplorer(own, notebook.record("roofline", quiet=True), own_name="this machine",
+                        ref_name=f"the reference {ref['environment']['gpu']}" if ref else "")
+widgets.show(roof.widget, roof.figure, "the roofline explorer")
 
 # %% [markdown]
 # ## Exercise 00.attainable: read the roofline
