@@ -6,9 +6,10 @@ asks for. For each server, on 127.0.0.1 only:
 1. a warm-up burst (not recorded);
 2. a saturation probe: every probe request sent at once; the rate at which the server then
    completes requests is its capacity (req/s), and its token rate its saturated throughput;
-3. a sweep of Poisson arrival rates at fractions of that capacity, each run `duration_s` long (so
-   a rate past capacity builds a queue that shows in TTFT), stopped once p99 TTFT passes
-   `stop_ttft_s`. Measured per rate: TTFT and TPOT p50/p99 (client's clock, TTFT from the
+3. a short Poisson run at half that capacity (not recorded), then a sweep of Poisson arrival
+   rates at fractions of that capacity, each run `duration_s` long (so a rate past capacity
+   builds a queue that shows in TTFT), stopped once p99 TTFT passes `stop_ttft_s` or the
+   server's `sweep_budget_s` is spent. Measured per rate: TTFT and TPOT p50/p99 (client's clock, TTFT from the
    scheduled send time), throughput, completion; then the rate where p99 TTFT crosses
    `threshold_s` (interpolated; None if it never does).
 
@@ -49,12 +50,12 @@ def _defaults(size: str, cuda: bool) -> dict:
         # about 4 minutes on an H200: each server's sweep is bounded by sweep_budget_s
         return {**common, "preset": "smollm-135m", "fractions": [0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25],
                 "duration_s": 5.0, "min_requests": 48, "max_requests": 3000, "probe_requests": 256,
-                "warmup_requests": 16, "check_requests": 4, "max_num_seqs": 64, "block_size": 16,
+                "warmup_requests": 16, "warmup_s": 2.0, "check_requests": 4, "max_num_seqs": 64, "block_size": 16,
                 "max_num_batched_tokens": 2048, "workers": 4, "timeout_s": 120.0, "startup_timeout_s": 300.0,
                 "sweep_budget_s": 75.0}
     # CPU and smoke: the tiny model, a handful of requests per rate, seconds per server
     return {**common, "preset": "tiny", "fractions": [0.3, 0.8, 1.5], "duration_s": 1.0, "min_requests": 6,
-            "max_requests": 24, "probe_requests": 12, "warmup_requests": 2, "check_requests": 2, "max_num_seqs": 4,
+            "max_requests": 24, "probe_requests": 12, "warmup_requests": 2, "warmup_s": 0.0, "check_requests": 2, "max_num_seqs": 4,
             "block_size": 16, "max_num_batched_tokens": 64, "workers": 1, "timeout_s": 60.0,
             "startup_timeout_s": 120.0, "sweep_budget_s": 60.0}
 
@@ -168,6 +169,12 @@ def sweep(client: LoadClient, dialect: str, lengths: list, vocab: int, p: dict, 
     capacity = probe["completed_rps"]
     if not capacity > 0:
         raise RuntimeError(f"the saturation probe completed nothing: {probe['first_error']}")
+    if p["warmup_s"] > 0:
+        # a short Poisson run at half capacity, not recorded: step shapes the bursts did not make
+        # (and whatever they compile) come before the sweep, not inside it
+        n = loadgen.requests_for(capacity / 2, p["warmup_s"], p["warmup_requests"], p["max_requests"])
+        client.run(_items(loadgen.schedule(n, capacity / 2, lengths, p["seed"] + 98), dialect, vocab, p["seed"] + 98),
+                   p["timeout_s"])
     rows, t_start, cut = [], time.perf_counter(), False
     for i, frac in enumerate(p["fractions"]):
         if time.perf_counter() - t_start > p["sweep_budget_s"]:
