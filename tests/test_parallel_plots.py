@@ -3,7 +3,7 @@ import plotly.graph_objects as go
 import pytest
 
 from course_kit import memory
-from course_kit.parallel import comm, pipeline
+from course_kit.parallel import pipeline
 from course_kit.plots import parallel as pplots
 from course_kit.widgets.parallel import TPTradeoff, tradeoff
 
@@ -38,22 +38,17 @@ def test_timeline_has_one_box_per_step():
     assert len(fig.data) == 16 and "bubble 20%" in fig.layout.title.text
 
 
-def test_tp_decode_step_model():
-    one = comm.tp_decode_step(140e9, 8192, 80, 1)
-    two = comm.tp_decode_step(140e9, 8192, 80, 2, alpha_s=0.0, bandwidth_Bps=float("inf"))
-    assert one["all_reduce_s"] == 0 and two["weights_s"] == pytest.approx(one["weights_s"] / 2)
-    eight = comm.tp_decode_step(140e9, 8192, 80, 8, alpha_s=1e-5)
-    assert eight["all_reduce_s"] == pytest.approx(2 * 80 * comm.collective_time(
-        "all_reduce", 8192 * 2, 8, 1e-5, 350e9))
-
-
 def test_widget_uses_course_kit_memory():
     w = TPTradeoff(model="70b", seq=8192)
     want = sum(memory.per_gpu_bytes("70b", 4, seq=8192, batch=1).values())
     assert sum(w.result["memory"]["TP=4"].values()) == pytest.approx(want)
-    before = w.result["time"]["TP=8"]["all_reduce_s"]
-    w.alpha.value = 50.0          # a slower link: the callback recomputes
-    assert w.result["time"]["TP=8"]["all_reduce_s"] > before
-    assert "TP=8" in w.text.value and set(w.figures) == {"memory", "time"}
+    before = w.result["time"]["TP=8"]["comm_s"]
+    w.hop.value = 20.0            # a slower ring step: the callback recomputes
+    assert w.result["time"]["TP=8"]["comm_s"] > before
+    ring = w.result["time"]["TP=8"]["comm_s"]
+    w.algo.value = "one_shot"     # one barrier instead of 2(n-1) ring steps
+    assert w.result["time"]["TP=8"]["comm_s"] < ring
+    assert "TP=8" in w.text.value and "GiB" in w.text.value and " GB " not in w.text.value
+    assert set(w.figures) == {"memory", "time"}
     with pytest.raises(ValueError, match="model"):
         tradeoff("13b")

@@ -294,20 +294,3 @@ def measure_collective(rank: int, world_size: int, op: str = "all_reduce",
                      "algbw_GBps": algbw(real_bytes, sec) / 1e9,
                      "busbw_GBps": busbw(op, real_bytes, sec, world_size) / 1e9})
     return rows
-
-
-def tp_decode_step(weight_bytes: float, hidden: int, layers: int, tp: int, batch: int = 1,
-                   hbm_Bps: float = 4.8e12, alpha_s: float = 8e-6, bandwidth_Bps: float = 350e9,
-                   act_bytes: int = 2) -> dict[str, float]:
-    """A model of one decode step under tensor parallelism of degree tp (seconds).
-
-    Reading the weights is split over the GPUs (weight_bytes / tp at hbm_Bps each); every layer
-    adds two all-reduces of the batch's hidden states (after attention and after the MLP), whose
-    cost does not shrink with tp: at batch 1 they are pure latency (alpha).
-    """
-    if tp < 1 or layers < 1 or batch < 1:
-        raise ValueError(f"need tp, layers, batch >= 1; got tp={tp}, layers={layers}, batch={batch}")
-    read = weight_bytes / tp / hbm_Bps
-    comm_s = 2 * layers * collective_time("all_reduce", batch * hidden * act_bytes, tp,
-                                          alpha_s, bandwidth_Bps)
-    return {"weights_s": read, "all_reduce_s": comm_s, "total_s": read + comm_s}

@@ -142,3 +142,25 @@ def schedule_summary(kind: str, p: int, m: int, v: int = 1, t_f: float = 1.0,
     return {"events": ev, "bubble": bubble_of(ev), "theory": bubble_theory(p, m, v),
             "makespan": max(e["end"] for e in ev),
             "peak_in_flight": [peak_in_flight(ev, r) for r in range(p)]}
+
+
+def explain_simulation(kind: str, p: int, m: int, v: int = 1, t_f: float = 1.0,
+                       t_b: float = 2.0) -> str:
+    """The schedule widget's readout: the simulated bubble against its formula, and against plain
+    1F1B at the same p and m (computed, both ways)."""
+    s = schedule_summary(kind, p, m, v, t_f, t_b)
+    names = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": f"interleaved 1F1B (v={v})"}
+    formula = "(p-1)/(v·m+p-1)" if kind == "interleaved" else "(p-1)/(m+p-1)"
+    text = (f"{names[kind]}, p={p}, m={m}: idle **{s['bubble']:.1%}** of the step; "
+            f"{formula} = {s['theory']:.1%}. Activations held at most (in micro-batches of a stage): "
+            f"{', '.join(f'{x:g}' for x in s['peak_in_flight'])} on ranks 0..{p - 1}.")
+    if kind != "1f1b":
+        ref = schedule_summary("1f1b", p, m, 1, t_f, t_b)
+        d, peak, peak_ref = s["bubble"] - ref["bubble"], max(s["peak_in_flight"]), max(ref["peak_in_flight"])
+        idle = ("the same idle fraction as" if abs(d) < 1e-9 else
+                f"{abs(d) * 100:.1f} points {'less' if d < 0 else 'more'} idle than")
+        held = ("as many" if abs(peak - peak_ref) < 1e-9 else
+                f"{'more' if peak > peak_ref else 'fewer'}")
+        text += (f" Against 1F1B at the same p and m: {idle} 1F1B, and {held} activations on "
+                 f"the busiest rank ({peak:g} against {peak_ref:g}).")
+    return text

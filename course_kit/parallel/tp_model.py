@@ -182,3 +182,39 @@ def explain_fit(rows: list[dict]) -> str:
     return (f"Against the {len(rows)} recorded decode times, the model is off by at most "
             f"**{abs(worst['error']):.1%}** ({worst['model']}, TP={worst['tp']}"
             f"{', ' + worst['algo'] if worst['algo'] != '-' else ''}).")
+
+
+def tradeoff(model: str, costs: DecodeCosts, seq: int = 8192, batch: int = 1,
+             weights_dtype: str = "bf16", algo: str = "ring",
+             tps: tuple[int, ...] = (1, 2, 4, 8)) -> dict[str, dict]:
+    """{"memory": {"TP=t": bytes per GPU by part}, "time": {"TP=t": step_s parts}} for a preset of
+    course_kit.memory: what the TP widget draws. Each GPU reads its weights and KV cache per step."""
+    from ..memory import PRESETS, bytes_per_param, per_gpu_bytes
+    if model not in PRESETS:
+        raise ValueError(f"unknown model {model!r}; choose one of {list(PRESETS)}")
+    shape = PRESETS[model]
+    memory = {f"TP={t}": per_gpu_bytes(model, t, weights_dtype=weights_dtype, seq=seq, batch=batch)
+              for t in tps}
+    weights = read_bytes_of(shape, bytes_per_param(weights_dtype))
+    time = {}
+    for t in tps:
+        kv = memory[f"TP={t}"].get("KV cache", 0.0) * t      # whole-model KV bytes (replicas count)
+        time[f"TP={t}"] = step_s(weights + kv, shape.hidden, shape.layers, t, costs, algo, batch)
+    return {"memory": memory, "time": time}
+
+
+def explain_tradeoff(result: Mapping[str, Mapping], capacity_bytes: float, batch: int = 1) -> list[str]:
+    """One line per TP degree: memory per GPU (GiB, fits or not) and modelled tokens/s against TP=1."""
+    from ..narrate import fits, gib, speed
+    labels = list(result["memory"])
+    base = result["time"][labels[0]]["total_s"]
+    out = []
+    for k in labels:
+        need = sum(result["memory"][k].values())
+        step = result["time"][k]["total_s"]
+        line = (f"{k}: {gib(need):,.1f} GiB per GPU, {fits(need, capacity_bytes)}; about "
+                f"{batch / step:,.0f} tokens/s (model)")
+        if k != labels[0]:
+            line += f", {speed(step, base)} {labels[0]}"
+        out.append(line + f"; collectives {result['time'][k]['comm_s'] / step:.0%} of the step")
+    return out

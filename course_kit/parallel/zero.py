@@ -132,3 +132,26 @@ def check_zero1(rank: int, world_size: int, steps: int = 5, hidden: int = 16, ba
             "torch_zero_vs_dp": diff(models["torch_zero"], models["dp"]),
             "moved_from_init": moved, "state_bytes_dp": dp_state,
             "state_bytes_zero1": opts["zero1"].state_bytes()}
+
+
+STAGE_NAMES = {0: "plain DP", 1: "ZeRO-1 (optimizer state)", 2: "ZeRO-2 (+ gradients)",
+               3: "ZeRO-3 / FSDP (+ weights)"}
+
+
+def stages_table(n_params: float, n_gpus: int) -> dict[str, dict[str, float]]:
+    """{stage name: bytes per GPU by part} for stages 0-3 (the ZeRO memory widget's bars)."""
+    return {STAGE_NAMES[s]: zero_bytes_per_gpu(n_params, n_gpus, s) for s in STAGES}
+
+
+def explain_stages(table: dict[str, dict[str, float]], capacity_bytes: float) -> list[str]:
+    """One line per stage: GiB per GPU, whether the training state fits, and the saving."""
+    from ..narrate import fits, gib
+    base = sum(next(iter(table.values())).values())
+    out = []
+    for name, parts in table.items():
+        need = sum(parts.values())
+        line = f"{name}: {gib(need):,.1f} GiB per GPU, {fits(need, capacity_bytes)}"
+        if need < base:
+            line += f", {base / need:,.1f}x less than plain DP"
+        out.append(line)
+    return out

@@ -150,3 +150,78 @@ def bar_figure(values: Mapping[str, float], *, title: str, yaxis: str, log: bool
     fig.update_layout(title=title, yaxis={"title": yaxis, "type": "log" if log else "linear"},
                       height=350)
     return fig
+
+
+def schedule_figure(events: Sequence[Mapping[str, Any]], *, title: str, theory: float | None = None) -> go.Figure:
+    """A simulated schedule as a Gantt chart: one trace per step kind (fast to redraw at large p, m);
+    model chunks of an interleaved schedule in lighter shades; the bubble and its formula in the title."""
+    fig = go.Figure()
+    v = 1 + max((e.get("chunk", 0) for e in events), default=0)
+    for k, name in (("F", "forward"), ("B", "backward")):
+        evs = [e for e in events if e["kind"] == k]
+        if not evs:
+            continue
+        fig.add_trace(go.Bar(
+            base=[e["start"] for e in evs], x=[e["end"] - e["start"] for e in evs],
+            y=[f"rank {e['rank']}" for e in evs], orientation="h", name=name,
+            marker={"color": _KIND_COLOR[k], "opacity": [1.0 - 0.5 * e.get("chunk", 0) / max(1, v - 1) if v > 1
+                                                          else 1.0 for e in evs],
+                    "line": {"width": 0.5, "color": "white"}},
+            text=[str(e["mb"]) for e in evs], textposition="inside", insidetextanchor="middle",
+            customdata=[e.get("chunk", 0) for e in evs],
+            hovertemplate=f"{name} of micro-batch %{{text}}, chunk %{{customdata}}<extra></extra>"))
+    ranks = sorted({e["rank"] for e in events})
+    sub = f"bubble {pipeline.bubble_of(list(events)):.1%}" + (f", formula {theory:.1%}" if theory is not None else "")
+    fig.update_layout(title=f"{title} ({sub})", barmode="overlay", height=140 + 36 * len(ranks),
+                      xaxis={"title": "time (forward step of a whole stage = 1)"},
+                      yaxis={"categoryorder": "array", "categoryarray": [f"rank {r}" for r in reversed(ranks)]},
+                      margin={"t": 50, "b": 40}, legend={"orientation": "h", "y": -0.25})
+    return fig
+
+
+def gib_bars_figure(configs: Mapping[str, Mapping[str, float]], *, title: str,
+                    capacity_bytes: float | None = None, capacity_label: str = "GPU") -> go.Figure:
+    """Stacked bars of bytes per GPU by part, in GiB (2**30 bytes), with the GPU's capacity line."""
+    labels = list(configs)
+    parts: list[str] = []
+    for c in configs.values():
+        parts += [p for p in c if p not in parts]
+    fig = go.Figure()
+    for part in parts:
+        fig.add_trace(go.Bar(x=labels, y=[configs[k].get(part, 0.0) / 2**30 for k in labels], name=part,
+                             hovertemplate=f"{part}: %{{y:,.1f}} GiB<extra></extra>"))
+    totals = [sum(configs[k].values()) / 2**30 for k in labels]
+    fig.add_trace(go.Scatter(x=labels, y=totals, mode="text", text=[f"{t:,.1f} GiB" for t in totals],
+                             textposition="top center", showlegend=False))
+    top = max(totals + [capacity_bytes / 2**30 if capacity_bytes else 0.0]) * 1.18 or 1.0
+    if capacity_bytes:
+        fig.add_hline(y=capacity_bytes / 2**30, line={"color": "red", "dash": "dash"},
+                      annotation_text=f"{capacity_label}: {capacity_bytes / 2**30:,.1f} GiB",
+                      annotation_position="top left")
+    fig.update_layout(barmode="stack", title=title, yaxis={"title": "GiB per GPU (2^30 bytes)", "range": [0, top]},
+                      height=400, legend={"orientation": "h", "y": -0.2})
+    return fig
+
+
+def step_time_figure(times: Mapping[str, Mapping[str, float]], *, title: str) -> go.Figure:
+    """Stacked bars of a modelled decode step: reads, fixed per-layer costs, collectives (ms)."""
+    labels = list(times)
+    fig = go.Figure()
+    for part, name in (("reads_s", "read weights and KV cache (1/tp each)"),
+                       ("fixed_s", "per-layer kernel latencies (not divided)"),
+                       ("comm_s", "2 all-reduces per layer + logits gather")):
+        fig.add_trace(go.Bar(x=labels, y=[times[k][part] * 1e3 for k in labels], name=name))
+    fig.update_layout(barmode="stack", title=title, yaxis={"title": "ms per decode step (model)"},
+                      height=400, legend={"orientation": "h", "y": -0.2})
+    return fig
+
+
+def fit_table(rows: Sequence[Mapping[str, Any]], *, title: str) -> go.Figure:
+    """Measured against modelled decode times (tp_model.predict_record rows)."""
+    cols = [[r["model"] for r in rows], [r["tp"] for r in rows], [r["algo"] for r in rows],
+            [f"{r['measured_s'] * 1e3:,.3f}" for r in rows], [f"{r['model_s'] * 1e3:,.3f}" for r in rows],
+            [f"{r['error']:+.1%}" for r in rows]]
+    fig = go.Figure(go.Table(header={"values": ["model", "GPUs", "all-reduce", "measured (ms)", "model (ms)",
+                                                "model error"]}, cells={"values": cols}))
+    fig.update_layout(title=title, height=110 + 28 * max(1, len(rows)), margin={"t": 40, "b": 10})
+    return fig

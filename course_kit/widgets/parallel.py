@@ -1,8 +1,10 @@
-"""Tensor parallelism's trade-off for a large model: memory per GPU against time per token.
+"""Notebook 09's memory and time widgets.
 
-Left, from course_kit.memory: the bytes each GPU holds (weights and KV cache) at TP 1, 2, 4, 8.
-Right, from the alpha-beta model (course_kit.parallel.comm.tp_decode_step): a decode step's time,
-the weight reads shrinking as 1/tp while the two all-reduces per layer do not.
+- `TPTradeoff`: tensor parallelism for a large model: GiB per GPU (course_kit.memory) and a decode
+  step's modelled time (course_kit.parallel.tp_model, fitted on the 1- and 2-GPU records) at
+  TP 1, 2, 4, 8, with the all-reduce algorithm, hop latency and bus bandwidth as controls.
+- `ZeroMemory`: data parallelism's training state per GPU at ZeRO stages 0-3
+  (course_kit.parallel.zero.zero_bytes_per_gpu).
 """
 from __future__ import annotations
 
@@ -11,88 +13,76 @@ import html
 import ipywidgets as W
 import plotly.graph_objects as go
 
-from ..memory import GB, PRESETS, per_gpu_bytes
-from ..parallel.comm import tp_decode_step
-from ..plots.memory import breakdown_figure
+from ..memory import PRESETS
+
+from ..parallel import tp_model, zero
+from ..plots.parallel import gib_bars_figure, step_time_figure
 from .dtypes import redraw
 
-__all__ = ["TPTradeoff", "tradeoff"]
+__all__ = ["TPTradeoff", "ZeroMemory", "tradeoff"]
 
 TP_DEGREES = (1, 2, 4, 8)
+# used only when no record is at hand; the notebook passes tp_model.fit_costs(record)
+FALLBACK = tp_model.DecodeCosts(hbm_Bps=4.0e12, per_layer_s=100e-6, ring_base_s=7e-6,
+                                one_shot_base_s=7e-6, source="illustrative defaults (no record)")
 
 
 def tradeoff(model: str = "70b", seq: int = 8192, batch: int = 1, weights_dtype: str = "bf16",
-             hbm_GBps: float = 4800.0, alpha_us: float = 3.0, busbw_GBps: float = 350.0,
-             tps=TP_DEGREES) -> dict[str, dict]:
-    """{"memory": {"TP=t": parts}, "time": {"TP=t": step model}} for each TP degree."""
-    if model not in PRESETS:
-        raise ValueError(f"unknown model {model!r}; choose one of {list(PRESETS)}")
-    shape = PRESETS[model]
-    memory = {f"TP={t}": per_gpu_bytes(model, t, weights_dtype=weights_dtype, seq=seq, batch=batch)
-              for t in tps}
-    time = {f"TP={t}": tp_decode_step(memory[f"TP={t}"]["weights"] * t, shape.hidden, shape.layers,
-                                      t, batch, hbm_GBps * 1e9, alpha_us * 1e-6, busbw_GBps * 1e9)
-            for t in tps}
-    return {"memory": memory, "time": time}
-
-
-def time_figure(times: dict[str, dict[str, float]], title: str) -> go.Figure:
-    labels = list(times)
-    fig = go.Figure()
-    for part, name in (("weights_s", "read weights (1/tp each)"), ("all_reduce_s", "2 all-reduces per layer")):
-        fig.add_trace(go.Bar(x=labels, y=[times[k][part] * 1e3 for k in labels], name=name))
-    fig.update_layout(barmode="stack", title=title, yaxis={"title": "ms per decode step (model)"},
-                      height=400)
-    return fig
+             costs: tp_model.DecodeCosts = FALLBACK, algo: str = "ring", tps=TP_DEGREES) -> dict[str, dict]:
+    """tp_model.tradeoff with the widget's defaults."""
+    return tp_model.tradeoff(model, costs, seq, batch, weights_dtype, algo, tuple(tps))
 
 
 class TPTradeoff:
-    """Sliders for the context, batch and link; bars of memory per GPU and modelled step time."""
+    """Controls for the model, context, batch, algorithm and link; bars of GiB per GPU and of the
+    modelled step time, and a computed readout."""
 
-    def __init__(self, model: str = "70b", seq: int = 8192, batch: int = 1, gpu_gb: float = 141.0,
-                 busbw_GBps: float = 350.0, alpha_us: float = 3.0) -> None:
+    def __init__(self, model: str = "70b", seq: int = 8192, batch: int = 1,
+                 costs: tp_model.DecodeCosts = FALLBACK, capacity_bytes: float = tp_model.H200_GIB * 2**30,
+                 capacity_label: str = "H200") -> None:
         if model not in PRESETS:
             raise ValueError(f"unknown model {model!r}; choose one of {list(PRESETS)}")
-        self.gpu_gb = gpu_gb
+        self.costs0, self.capacity, self.capacity_label = costs, capacity_bytes, capacity_label
         self.model = W.Dropdown(options=[(f"{k}: {v.name}", k) for k, v in PRESETS.items()],
                                 value=model, description="model")
         self.dtype = W.Dropdown(options=["bf16", "fp8", "int4"], value="bf16", description="weights")
+        self.algo = W.ToggleButtons(options=[("ring (NCCL)", "ring"), ("one-shot", "one_shot")],
+                                    value="ring", description="all-reduce")
         self.seq = W.IntSlider(value=seq, min=0, max=131072, step=1024, description="context",
                                continuous_update=False)
-        self.batch = W.IntSlider(value=batch, min=1, max=64, description="batch",
-                                 continuous_update=False)
-        self.busbw = W.FloatLogSlider(value=busbw_GBps, base=10, min=0, max=3, step=0.05,
+        self.batch = W.IntSlider(value=batch, min=1, max=64, description="batch", continuous_update=False)
+        self.hop = W.FloatLogSlider(value=max(costs.hop_s * 1e6, 0.01), base=10, min=-2, max=1.5, step=0.05,
+                                    description="hop µs", continuous_update=False)
+        self.busbw = W.FloatLogSlider(value=costs.busbw_Bps / 1e9, base=10, min=0, max=3, step=0.05,
                                       description="busbw GB/s", continuous_update=False)
-        self.alpha = W.FloatLogSlider(value=alpha_us, base=10, min=0, max=2, step=0.05,
-                                      description="alpha µs", continuous_update=False)
         self.text = W.HTML()
         self.out_mem, self.out_time = W.Output(), W.Output()
         self.figures: dict[str, go.Figure] = {}
         self.result: dict[str, dict] = {}
-        for w in (self.model, self.dtype, self.seq, self.batch, self.busbw, self.alpha):
+        for w in (self.model, self.dtype, self.algo, self.seq, self.batch, self.hop, self.busbw):
             w.observe(self.update, names="value")
-        self.widget = W.VBox([W.HBox([self.model, self.dtype]), W.HBox([self.seq, self.batch]),
-                              W.HBox([self.busbw, self.alpha]), self.text,
+        self.widget = W.VBox([W.HBox([self.model, self.dtype]), self.algo, W.HBox([self.seq, self.batch]),
+                              W.HBox([self.hop, self.busbw]), self.text,
                               W.HBox([self.out_mem, self.out_time])])
         self.update()
+
+    def costs(self) -> tp_model.DecodeCosts:
+        from dataclasses import replace
+        return replace(self.costs0, hop_s=self.hop.value * 1e-6, busbw_Bps=self.busbw.value * 1e9)
 
     def update(self, change: object = None) -> None:
         """Recompute memory and time at every TP degree; redraw."""
         self.result = tradeoff(self.model.value, self.seq.value, self.batch.value, self.dtype.value,
-                               alpha_us=self.alpha.value, busbw_GBps=self.busbw.value)
+                               self.costs(), self.algo.value)
         name = PRESETS[self.model.value].name
-        items = []
-        for label, parts in self.result["memory"].items():
-            total = sum(parts.values()) / GB
-            step = self.result["time"][label]["total_s"]
-            fits = "fits" if total <= self.gpu_gb else "does not fit"
-            items.append(f"<li>{label}: <b>{total:.1f} GB</b> per GPU ({fits} in {self.gpu_gb:g} GB),"
-                         f" about <b>{self.batch.value / step:,.0f} tokens/s</b> (model)</li>")
-        self.text.value = f"<b>{html.escape(name)}</b><ul>{''.join(items)}</ul>"
+        lines = tp_model.explain_tradeoff(self.result, self.capacity, self.batch.value)
+        self.text.value = (f"<b>{html.escape(name)}</b> (memory in GiB, 2<sup>30</sup> bytes; times from "
+                           f"{html.escape(self.costs0.source)})<ul>"
+                           + "".join(f"<li>{html.escape(x).replace('**', '')}</li>" for x in lines) + "</ul>")
         self.figures = {
-            "memory": breakdown_figure(self.result["memory"], title=f"{name}: memory per GPU",
-                                       capacity_gb=self.gpu_gb, capacity_label="H200"),
-            "time": time_figure(self.result["time"], f"{name}: one decode step (alpha-beta model)"),
+            "memory": gib_bars_figure(self.result["memory"], title=f"{name}: memory per GPU",
+                                      capacity_bytes=self.capacity, capacity_label=self.capacity_label),
+            "time": step_time_figure(self.result["time"], title=f"{name}: one decode step (model)"),
         }
         redraw(self.out_mem, self.figures["memory"])
         redraw(self.out_time, self.figures["time"])
@@ -100,3 +90,41 @@ class TPTradeoff:
     def _ipython_display_(self) -> None:
         from IPython.display import display
         display(self.widget)
+
+
+class ZeroMemory:
+    """Training state per GPU (mixed-precision Adam, 16 bytes per parameter) at ZeRO stages 0-3."""
+
+    def __init__(self, model: str = "70b", gpus: int = 8, capacity_bytes: float = tp_model.H200_GIB * 2**30,
+                 capacity_label: str = "H200") -> None:
+        if model not in PRESETS:
+            raise ValueError(f"unknown model {model!r}; choose one of {list(PRESETS)}")
+        self.capacity, self.capacity_label = capacity_bytes, capacity_label
+        self.model = W.Dropdown(options=[(f"{k}: {v.name}", k) for k, v in PRESETS.items()],
+                                value=model, description="model")
+        self.gpus = W.SelectionSlider(options=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], value=gpus,
+                                      description="DP GPUs", continuous_update=False)
+        self.text = W.HTML()
+        self.out = W.Output()
+        self.figure: go.Figure | None = None
+        self.result: dict[str, dict[str, float]] = {}
+        for w in (self.model, self.gpus):
+            w.observe(self.update, names="value")
+        self.widget = W.VBox([W.HBox([self.model, self.gpus]), self.text, self.out])
+        self.update()
+
+    def update(self, change: object = None) -> None:
+        n_params = PRESETS[self.model.value].n_params()
+        self.result = zero.stages_table(n_params, self.gpus.value)
+        lines = zero.explain_stages(self.result, self.capacity)
+        self.text.value = ("<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in lines) + "</ul>")
+        self.figure = gib_bars_figure(self.result, title=f"{PRESETS[self.model.value].name}: training state per "
+                                                         f"GPU over {self.gpus.value} GPUs (activations not counted)",
+                                      capacity_bytes=self.capacity, capacity_label=self.capacity_label)
+        redraw(self.out, self.figure)
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+        display(self.widget)
+
+

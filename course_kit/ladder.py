@@ -1,0 +1,110 @@
+"""The technique ladder of notebook 10: each technique's share of the capstone's throughput.
+
+The capstone record (`course-kit bench capstone`) measures a cumulative ladder: HF `generate`,
+then the course engine with continuous batching and a paged KV cache, + CUDA graphs, + fused
+blocks, + the async loop. `ladder` turns it into steps (the gain of each technique given the ones
+below it); `waterfall` composes the steps the learner keeps switched on. A set of techniques that
+is a prefix of the ladder was measured as such; any other set is *composed* from the recorded
+step gains (which assumes a step's gain does not depend on the techniques left out) and is
+labelled so. `live_run` measures the engine variants that run here (on a CPU: without CUDA graphs
+and fusion), for the widget's Run button.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+from .narrate import rate
+
+TECHNIQUES = ("continuous batching + paged KV", "CUDA graphs", "fused blocks", "async loop")
+# the record's row names, in ladder order (benchmarks/capstone.py engine_variants)
+ROWS = ("HF generate", "engine: continuous + paged KV", "engine: + CUDA graphs", "engine: + fused blocks",
+        "engine: + async loop")
+
+
+def ladder(throughput: Mapping[str, float]) -> list[dict]:
+    """[{technique, row, tok_s, gain}] for the ladder rows present in `throughput` (name -> tok/s);
+    gain is this row over the previous present row."""
+    rows = [(t, r) for t, r in zip(("HF generate",) + TECHNIQUES, ROWS) if r in throughput]
+    if not rows or rows[0][1] != "HF generate":
+        raise ValueError(f"the ladder starts at HF generate; rows found: {sorted(throughput)}")
+    out, prev = [], None
+    for tech, row in rows:
+        v = float(throughput[row])
+        if not v > 0:
+            raise ValueError(f"throughput of {row!r} is {v!r}; it must be > 0")
+        out.append({"technique": tech, "row": row, "tok_s": v, "gain": v / prev if prev else 1.0})
+        prev = v
+    return out
+
+
+def waterfall(steps: Sequence[Mapping[str, Any]], enabled: Sequence[str]) -> dict:
+    """The steps kept on, their product, and whether that set was measured or composed."""
+    bad = [t for t in enabled if t not in TECHNIQUES]
+    if bad:
+        raise ValueError(f"unknown techniques {bad}; choose from {TECHNIQUES}")
+    base = steps[0]["tok_s"]
+    kept, value = [], base
+    for s in steps[1:]:
+        on = s["technique"] in enabled
+        if on:
+            value *= s["gain"]
+        kept.append({**s, "on": on, "after": value})
+    present = [s["technique"] for s in steps[1:]]
+    on = [t for t in present if t in enabled]
+    measured = on == present[: len(on)]
+    return {"base": base, "steps": kept, "final": value, "measured": measured}
+
+
+def explain_waterfall(w: Mapping[str, Any], where: str) -> str:
+    """The readout: each kept step's gain in words, and the total against HF generate."""
+    parts = [f"{s['technique']} {rate(s['gain'], 1.0)} the step below" for s in w["steps"] if s["on"]]
+    if not parts:
+        return f"On {where} with no technique switched on, the engine's row is HF `generate` itself."
+    kind = ("measured in one run" if w["measured"] else
+            "composed from the recorded step gains (this combination was not measured; each gain was "
+            "measured with the techniques below it switched on)")
+    return (f"On {where}: {'; '.join(parts)}. Together {w['final']:,.0f} tokens/s, "
+            f"{rate(w['final'], w['base'])} HF `generate` ({w['base']:,.0f} tokens/s), {kind}.")
+
+
+def live_run(enabled: Sequence[str], n_requests: int = 6, seed: int = 0,
+             progress: Callable[[int, int], None] | None = None) -> dict[str, float]:
+    """Throughput (tok/s) of HF generate and of the engine variants that run here and whose
+    techniques are all switched on: the tiny model, a few requests, one clock."""
+    import torch
+
+    from .benchmarks.batching import hf_generate_static, time_peer
+    from .benchmarks.capstone import _build, engine_variants
+    from .engine import SamplingParams, trace
+    from .models import llama
+    cuda = torch.cuda.is_available()
+    dev = "cuda" if cuda else "cpu"
+    model = llama.Transformer.from_preset("tiny", seed=seed, device=dev)
+    work = trace.synthetic(n_requests, (4, 32), (4, 16), model.config.vocab_size, seed=seed)
+    prompts, news = [r.prompt for r in work], [r.max_new_tokens for r in work]
+    opts = dict(max_num_seqs=4, max_num_batched_tokens=128, max_model_len=max(map(len, prompts)) + max(news))
+    needs = {"engine: continuous + paged KV": {"continuous batching + paged KV"},
+             "engine: + CUDA graphs": {"continuous batching + paged KV", "CUDA graphs"},
+             "engine: + fused blocks": {"continuous batching + paged KV", "CUDA graphs", "fused blocks"},
+             "engine: + async loop": set(TECHNIQUES) if cuda else {"continuous batching + paged KV", "async loop"}}
+    todo = [n for n, spec in engine_variants(cuda).items() if needs[n] <= set(enabled)]
+    out: dict[str, float] = {}
+    total = len(todo) + 1
+    hf = llama.to_hf(model)
+    dt, _ = time_peer(lambda ps, ns: hf_generate_static(hf, ps, ns, 4), prompts, news)
+    out["HF generate"] = sum(news) / dt
+    if progress:
+        progress(1, total)
+    variants = engine_variants(cuda)
+    for i, name in enumerate(todo, 2):
+        eng = _build(model, variants[name], opts)
+        eng.generate(prompts[:2], [SamplingParams(max_new_tokens=2)] * 2)          # warm-up
+        t0 = time.perf_counter()
+        eng.generate(prompts, [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in news])
+        if cuda:
+            torch.cuda.synchronize()
+        out[name] = sum(news) / (time.perf_counter() - t0)
+        if progress:
+            progress(i, total)
+    return out
