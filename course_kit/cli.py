@@ -117,8 +117,6 @@ def _record(args: argparse.Namespace) -> int:
     """Execute every notebook with papermill on this device; executed copies go beside the records,
     each plotly figure with a PNG too (plots/static.py), with the run's log in record.log."""
     from . import nbbuild, reference
-    from .plots import static
-    import papermill
 
     folder = _writable_folder(Path(args.out) if args.out else reference.root() / reference.gpu_slug() / "notebooks")
     notebooks = sorted(nbbuild.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
@@ -126,6 +124,13 @@ def _record(args: argparse.Namespace) -> int:
         notebooks = [nb for nb in notebooks if any(nb.stem.startswith(s) for s in args.only)]
         if not notebooks:
             raise UsageError(f"no notebook matches {args.only}")
+    if args.finish_only:
+        for nb in notebooks:
+            target = folder / nb.name
+            if target.is_file():
+                print(f"{nb.name:<36} {_finish(target)}", flush=True)
+        return 0
+    import papermill
     failed = []
     # the kernels papermill starts inherit this: widgets add a PNG, progress bars stay out
     previous = os.environ.get("COURSE_KIT_STATIC_FIGURES")
@@ -146,9 +151,7 @@ def _record(args: argparse.Namespace) -> int:
                 status = f"FAILED: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
                 failed.append(nb.name)
             if target.is_file():
-                stats = static.finish_executed_file(target)
-                status += (f"  ({stats['images']} figures as PNG, {stats['dropped']} kept as PNG only, "
-                           f"{stats['bytes'] / 1e6:.2f} MB)")
+                status += f"  ({_finish(target)})"
             say(f"{nb.name:<36} {time.perf_counter() - start:7.1f} s  {status}")
     finally:
         log.close()
@@ -157,6 +160,17 @@ def _record(args: argparse.Namespace) -> int:
         else:
             os.environ["COURSE_KIT_STATIC_FIGURES"] = previous
     return 1 if failed else 0
+
+
+def _finish(target: Path) -> str:
+    """Add the PNGs and shrink one executed copy (plots/static.py); what was done, in words."""
+    from .plots import static
+    stats = static.finish_executed_file(target)
+    text = f"{stats['images']} figures as PNG, {stats['dropped']} kept as PNG only, {stats['bytes'] / 1e6:.2f} MB"
+    if stats["without_png"]:
+        text += (f"; {stats['without_png']} figures without a PNG: no renderer here (pip install "
+                 f"'course_kit[record]', or run `course-kit record --finish-only --out {target.parent}` where it is)")
+    return text
 
 
 def _machine_label() -> str:
@@ -183,6 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     record.add_argument("--out", help="folder for executed notebooks (default data/reference/<gpu-slug>/notebooks)")
     record.add_argument("--kernel", default="python3")
     record.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    record.add_argument("--finish-only", action="store_true",
+                        help="execute nothing: add PNGs to the executed copies already in the folder and shrink them")
     record.set_defaults(func=_record)
 
     # Subcommands owned by other modules: grading (release, grade) and serving (serve).

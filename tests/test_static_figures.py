@@ -103,3 +103,16 @@ def test_record_runs_papermill_with_static_figures_and_adds_the_pngs(tmp_path, m
     assert len(outs) == 1 and "image/png" in outs[0]["data"]
     log = (tmp_path / "record.log").read_text()
     assert "00_start_here.ipynb" in log and "1 figures as PNG" in log
+
+
+def test_finish_only_adds_pngs_to_copies_made_where_no_renderer_was(tmp_path, monkeypatch, capsys):
+    """A GPU machine without kaleido records the JSON; `--finish-only` adds the PNGs elsewhere."""
+    monkeypatch.setattr(static, "to_png", lambda *a, **k: None)
+    path = tmp_path / "00_start_here.ipynb"
+    path.write_text(json.dumps(_executed(_fig_output(_figure(10)))))
+    assert cli.main(["record", "00", "--out", str(tmp_path), "--finish-only"]) == 0
+    assert "1 figures without a PNG" in capsys.readouterr().out
+    monkeypatch.setattr(static, "to_png", lambda fig, *a, **k: PNG_MAGIC + b"x")
+    assert cli.main(["record", "00", "--out", str(tmp_path), "--finish-only"]) == 0
+    assert "1 figures as PNG" in capsys.readouterr().out
+    assert "image/png" in json.loads(path.read_text())["cells"][0]["outputs"][0]["data"]

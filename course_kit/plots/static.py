@@ -96,8 +96,9 @@ def _drop_interactive(output: dict) -> int:
 def finish_executed(nb: dict, budget: int = NOTEBOOK_BUDGET, figure_max: int = FIGURE_JSON_MAX) -> dict:
     """Add PNGs to the figures of an executed notebook (nbformat JSON, changed in place), keep it
     under `budget` bytes by dropping interactive JSON (largest first, only where a PNG exists) and
-    remove frozen progress bars. Returns counts: images, dropped, progress_bars, bytes."""
-    stats = {"images": 0, "dropped": 0, "progress_bars": 0}
+    remove frozen progress bars. Returns counts: images (added), dropped (interactive JSON),
+    progress_bars (removed), without_png (no renderer could make one), bytes."""
+    stats = {"images": 0, "dropped": 0, "progress_bars": 0, "without_png": 0}
     figures = []
     for cell, outputs in _outputs(nb):
         kept = [o for o in outputs if not _is_progress_bar(o)]
@@ -110,6 +111,7 @@ def finish_executed(nb: dict, budget: int = NOTEBOOK_BUDGET, figure_max: int = F
             if "image/png" not in data:
                 png = to_png(data[PLOTLY_MIME])
                 if png is None:
+                    stats["without_png"] += 1
                     continue
                 data["image/png"] = base64.b64encode(png).decode("ascii")
                 stats["images"] += 1
