@@ -2,7 +2,6 @@
 benchmark end to end at smoke size (real servers in child processes, on 127.0.0.1 only)."""
 import json
 import math
-import sys
 
 import numpy as np
 import pytest
