@@ -16,10 +16,16 @@ from dataclasses import dataclass, field
 
 __all__ = ["BYTES_PER_PARAM", "OPTIMIZERS", "ModelShape", "PRESETS", "bytes_per_param",
            "weights_bytes", "training_bytes", "activation_bytes", "kv_cache_bytes",
-           "per_gpu_bytes", "GB", "GiB"]
+           "per_gpu_bytes", "GB", "GiB", "GPU_MEMORY_GIB"]
 
 GB = 1e9
-GiB = 2 ** 30
+GiB = 2 ** 30    # the unit of the course's text (course_kit.narrate.gib)
+
+# Usable memory of one GPU, in GiB, as torch reports it (`torch.cuda.get_device_properties(0).total_memory`):
+# less than the product name's "GB". The H200's is this course's own measurement (its reference runs
+# print 139.8 GiB); the others are the totals those GPUs typically report (driver-dependent by ~0.5%).
+GPU_MEMORY_GIB: dict[str, float] = {"H200 141 GB": 139.8, "H100 80 GB": 79.2, "A100 40 GB": 39.6,
+                                    "T4 16 GB": 14.8}
 
 BYTES_PER_PARAM: dict[str, float] = {
     "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp8_e4m3fn": 1, "fp8_e5m2": 1,

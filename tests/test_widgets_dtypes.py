@@ -72,10 +72,11 @@ def test_op_explorer():
 
 def test_memory_estimator_callbacks():
     w = MemoryEstimator(model="7b", mode="inference", dtype="bf16", seq=0, batch=0)
-    assert "TP=1: <b>13.5 GB</b>" in w.text.value          # 6.74e9 params * 2 bytes
+    assert "TP=1: <b>12.6 GiB</b>" in w.text.value          # 6.74e9 params * 2 bytes / 2**30
+    assert "GiB (2^30 bytes)" in w.text.value
     ys0 = [t.y for t in w.figure.data]
     w.dtype.value = "int4"
-    assert "TP=1: <b>3.4 GB</b>" in w.text.value
+    assert "TP=1: <b>3.1 GiB</b>" in w.text.value
     assert [t.y for t in w.figure.data] != ys0
     w.model.value = "70b"
     w.mode.value = "training, mixed-precision Adam"
@@ -84,6 +85,18 @@ def test_memory_estimator_callbacks():
     assert "does not fit" in w.text.value
     names = {t.name for t in w.figure.data}
     assert {"weights", "gradients", "master weights", "optimizer moments"} <= names
+    w.mode.value = "inference"
+    w.gpu.value = "H200 141 GB"
+    assert "TP=1" in w.text.value and "fits (" in w.text.value      # 70B bf16 weights, 128.5 GiB
+
+
+def test_explorer_table_pads_cells_and_prints_integers_without_minus_zero():
+    e = OverflowExplorer(value=-0.1, fmt="int8")
+    assert "padding" in e.table.value
+    stored = dict(zip([r.format for r in e.results],
+                      [c.split("</td>")[0].split(">")[-1] for c in e.table.value.split('class="ck-stored"')[1:]]))
+    assert stored["int8"] == "0" and stored["int4"] == "0"
+    assert stored["bf16"].startswith("-0.")
 
 
 def test_memory_estimate_bad_input():

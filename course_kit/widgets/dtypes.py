@@ -64,6 +64,16 @@ def _fmt(v: float) -> str:
     return f"{v:.7g}" if math.isfinite(v) or math.isnan(v) else ("inf" if v > 0 else "-inf")
 
 
+def _stored(r: Rounding) -> str:
+    """The stored value as text: integers as integers (0, never '-0'), floats with 7 digits."""
+    if get_format(r.format).kind != "float" and math.isfinite(r.stored):
+        return str(int(r.stored) + 0)
+    return _fmt(r.stored)
+
+
+_CELL = "padding:2px 12px;text-align:left;border-bottom:1px solid #ddd"   # cells never run together
+
+
 def table_html(x: float, results: Sequence[Rounding], selected: Optional[str] = None) -> str:
     """The side-by-side table: stored value, coloured bits, relative error, outcome."""
     rows = []
@@ -71,14 +81,14 @@ def table_html(x: float, results: Sequence[Rounding], selected: Optional[str] = 
         style = ' style="background:#fff3cd"' if r.format == selected else ""
         rel = "-" if math.isnan(r.rel_error) else f"{r.rel_error:.2e}"
         rows.append(
-            f'<tr{style} data-format="{r.format}"><td>{r.format}</td>'
-            f'<td class="ck-stored">{_fmt(r.stored)}</td>'
-            f'<td style="font-family:monospace">{_bits_html(r)}</td>'
-            f'<td>{rel}</td><td class="ck-outcome">{html.escape(r.outcome)}</td></tr>')
-    head = ("<tr><th>format</th><th>stored value</th><th>bits (sign | exponent | mantissa)</th>"
-            "<th>relative error</th><th>outcome</th></tr>")
+            f'<tr{style} data-format="{r.format}"><td style="{_CELL}">{r.format}</td>'
+            f'<td class="ck-stored" style="{_CELL}">{_stored(r)}</td>'
+            f'<td style="{_CELL};font-family:monospace">{_bits_html(r)}</td>'
+            f'<td style="{_CELL}">{rel}</td><td class="ck-outcome" style="{_CELL}">{html.escape(r.outcome)}</td></tr>')
+    head = "".join(f'<th style="{_CELL}">{h}</th>' for h in
+                   ("format", "stored value", "bits (sign | exponent | mantissa)", "relative error", "outcome"))
     return (f'<div class="ck-explorer-table"><b>x = {_fmt(x)}</b>'
-            f'<table style="border-collapse:collapse">{head}{"".join(rows)}</table></div>')
+            f'<table style="border-collapse:collapse"><tr>{head}</tr>{"".join(rows)}</table></div>')
 
 
 def _check_bounds(lo: float, hi: float) -> None:
@@ -206,12 +216,14 @@ class OpExplorer:
         self.results = [dops.evaluate(op, x, f, n=n) for f in dops.OP_FORMATS]
         ref = self.results[0].reference
         rows = "".join(
-            f"<tr><td>{r.format}</td><td>{_fmt(r.value)}</td><td>{_fmt(r.rel_error)}</td>"
-            f'<td class="ck-outcome">{r.outcome}</td></tr>' for r in self.results)
+            f'<tr><td style="{_CELL}">{r.format}</td><td style="{_CELL}">{_fmt(r.value)}</td>'
+            f'<td style="{_CELL}">{_fmt(r.rel_error)}</td>'
+            f'<td class="ck-outcome" style="{_CELL}">{r.outcome}</td></tr>' for r in self.results)
         self.table.value = (f"<b>{html.escape(dops.OPS[op])}, x = {x:.4g}"
                             f"{f', n = {n}' if op in ('sum', 'softmax') else ''}</b>; "
-                            f"float64 reference {_fmt(ref)}<table><tr><th>format</th>"
-                            f"<th>result</th><th>relative error</th><th>outcome</th></tr>"
+                            f'float64 reference {_fmt(ref)}<table style="border-collapse:collapse"><tr>'
+                            + "".join(f'<th style="{_CELL}">{h}</th>' for h in
+                                      ("format", "result", "relative error", "outcome")) + "</tr>"
                             f"{rows}</table>")
         self.figure = ops_figure(op, x, n)
         redraw(self.out, self.figure)

@@ -9,14 +9,12 @@ import html
 import ipywidgets as W
 import plotly.graph_objects as go
 
-from ..memory import GB, PRESETS, per_gpu_bytes
+from .. import narrate
+from ..memory import GiB, GPU_MEMORY_GIB, PRESETS, per_gpu_bytes
 from ..plots.memory import breakdown_figure
 from .dtypes import redraw
 
-__all__ = ["MemoryEstimator", "GPU_MEMORY_GB", "MODES", "estimate"]
-
-GPU_MEMORY_GB = {"H200 (141 GB)": 141.0, "H100 (80 GB)": 80.0, "A100 (40 GB)": 40.0,
-                 "T4 (16 GB)": 16.0}
+__all__ = ["MemoryEstimator", "GPU_MEMORY_GIB", "MODES", "estimate"]
 MODES = ("inference", "training, fp32 Adam", "training, mixed-precision Adam")
 TP_DEGREES = (1, 2, 4, 8)
 
@@ -39,15 +37,16 @@ class MemoryEstimator:
     """Model, mode, weight dtype, sequence, batch, checkpointing and GPU; bars per TP degree."""
 
     def __init__(self, model: str = "7b", mode: str = "inference", dtype: str = "bf16",
-                 seq: int = 4096, batch: int = 1, gpu: str = "H200 (141 GB)") -> None:
+                 seq: int = 4096, batch: int = 1, gpu: str = "H200 141 GB") -> None:
         if model not in PRESETS:
             raise ValueError(f"unknown model {model!r}; choose one of {list(PRESETS)}")
-        if gpu not in GPU_MEMORY_GB:
-            raise ValueError(f"unknown GPU {gpu!r}; choose one of {list(GPU_MEMORY_GB)}")
+        if gpu not in GPU_MEMORY_GIB:
+            raise ValueError(f"unknown GPU {gpu!r}; choose one of {list(GPU_MEMORY_GIB)}")
         self.model = W.Dropdown(options=[(f"{k}: {v.name}", k) for k, v in PRESETS.items()],
                                 value=model, description="model")
-        self.mode = W.ToggleButtons(options=list(MODES), value=mode, description="mode",
-                                    style={"button_width": "220px"})
+        # A dropdown, not toggle buttons: the longest mode's label was cut on a button (issue 22).
+        self.mode = W.Dropdown(options=list(MODES), value=mode, description="mode",
+                               layout=W.Layout(width="380px"))
         self.dtype = W.Dropdown(options=["fp32", "bf16", "fp8", "int8", "int4"], value=dtype,
                                 description="weights")
         self.seq = W.IntSlider(value=seq, min=0, max=131072, step=512, description="sequence",
@@ -55,7 +54,8 @@ class MemoryEstimator:
         self.batch = W.IntSlider(value=batch, min=0, max=128, description="batch",
                                  continuous_update=False)
         self.checkpointing = W.Checkbox(value=False, description="activation checkpointing")
-        self.gpu = W.Dropdown(options=list(GPU_MEMORY_GB), value=gpu, description="GPU")
+        self.gpu = W.Dropdown(options=[(f"{k} ({v:.1f} GiB usable)", k) for k, v in GPU_MEMORY_GIB.items()],
+                              value=gpu, description="GPU", layout=W.Layout(width="320px"))
         self.text = W.HTML()
         self.out = W.Output()
         self.figure: go.Figure = go.Figure()
@@ -77,21 +77,20 @@ class MemoryEstimator:
         self.checkpointing.disabled = not training
         self.configs = estimate(self.model.value, self.mode.value, self.dtype.value,
                                 self.seq.value, self.batch.value, self.checkpointing.value)
-        cap = GPU_MEMORY_GB[self.gpu.value]
+        cap = GPU_MEMORY_GIB[self.gpu.value]
         shape = PRESETS[self.model.value]
         items = []
         for label, parts in self.configs.items():
-            total = sum(parts.values()) / GB
-            fits = "fits" if total <= cap else "does not fit"
-            items.append(f'<li class="ck-total">{label}: <b>{total:.1f} GB</b> per GPU '
-                         f"({fits} in {cap:g} GB)</li>")
+            total = sum(parts.values())
+            items.append(f'<li class="ck-total">{label}: <b>{total / GiB:.1f} GiB</b> per GPU: '
+                         f"{narrate.fits(total, cap * GiB)}</li>")
         what = ("weights + KV cache" if not training else "model state + activations")
         self.text.value = (f'<div class="ck-memory-text"><b>{html.escape(shape.name)}</b>, '
                            f"{shape.n_params() / 1e9:.2f} B parameters, {self.mode.value}: "
-                           f"{what}<ul>{''.join(items)}</ul></div>")
+                           f"{what}; memory in GiB (2^30 bytes)<ul>{''.join(items)}</ul></div>")
         self.figure = breakdown_figure(
             self.configs, title=f"{shape.name}, {self.mode.value}: memory per GPU",
-            capacity_gb=cap, capacity_label=self.gpu.value.split(" ")[0])
+            capacity_gib=cap, capacity_label=self.gpu.value.split(" ")[0])
         redraw(self.out, self.figure)
 
     def _ipython_display_(self) -> None:

@@ -41,16 +41,18 @@ import math
 import plotly.graph_objects as go
 import torch
 
-from course_kit import dtypes, memory, notebook
+from course_kit import dtypes, memory, narrate, notebook, widgets
 from course_kit.benchmarks import dtypes as bench_dtypes
 from course_kit.dtypes import ops
+from course_kit.dtypes.explain import explain_range_precision, explain_throughput
 from course_kit.notebook import md, show_source
 from course_kit.plots import dtypes as dplots
 from course_kit.plots import memory as mplots
 from course_kit.widgets.dtypes import OpExplorer, OverflowExplorer
 from course_kit.widgets.memory import MemoryEstimator
 
-P
+md(f"Parameters: device **{P['device']}**, size **{P['size']}**{' (smoke)' if P['smoke'] else ''}; "
+   f"{N_RANDOM:,} random values per cast check, a {QUANT_SHAPE[0]} x {QUANT_SHAPE[1]} weight matrix to quantise.")
 
 # %% [markdown]
 # ## 1. The formats, from their bits
@@ -100,12 +102,8 @@ md("`torch.finfo` agrees on max, smallest normal and eps for: "
 dplots.range_figure()
 
 # %%
-f16, b16, e4, e5 = (dtypes.FORMATS[k] for k in ("fp16", "bf16", "fp8_e4m3fn", "fp8_e5m2"))
-md(f"bf16 has fp32's 8 exponent bits, so its max is **{b16.max:.3g}** against fp16's "
-   f"**{f16.max:.0f}**; fp16 pays for its range with precision: eps **{f16.eps:.2g}** against "
-   f"bf16's **{b16.eps:.2g}** ({b16.eps / f16.eps:.0f}x coarser). The two fp8 formats make the "
-   f"same trade at 8 bits: e4m3fn reaches **{e4.max:.0f}** with eps {e4.eps}, e5m2 reaches "
-   f"**{e5.max:.0f}** with eps {e5.eps}.")
+md("- " + explain_range_precision("fp16", "bf16") + "\n- At 8 bits: "
+   + explain_range_precision("fp8_e4m3fn", "fp8_e5m2"))
 
 # %% [markdown]
 # ## 2. Rounding exactly as PyTorch does
@@ -131,11 +129,12 @@ show_source(dtypes.tf32_round_bits)
 # %%
 probe = [1.0, 0.1, 1 + 2 ** -8, 300.0, 464.0, 500.0, 65520.0, 1e5, 1e39, 1e-6, 1e-8, 1e-40]
 table = {name: [dtypes.classify(x, name) for x in probe] for name in dtypes.FORMAT_NAMES}
+ROW_PX = 46   # two lines per cell (value, outcome): the figure's height follows the rows, none is cut
 fig = go.Figure(go.Table(
-    header=dict(values=["x"] + list(table)),
-    cells=dict(values=[[f"{x:.6g}" for x in probe]] + [
+    header=dict(values=["x"] + list(table), height=30),
+    cells=dict(height=ROW_PX, values=[[f"{x:.6g}" for x in probe]] + [
         [f"{r.stored:.5g}<br><i>{r.outcome}</i>" for r in rs] for rs in table.values()])))
-fig.update_layout(height=560, margin=dict(t=10, b=10))
+fig.update_layout(height=30 + ROW_PX * len(probe) + 40, margin=dict(t=10, b=10))
 fig
 
 # %% [markdown]
@@ -188,15 +187,8 @@ md(f"{N_RANDOM:,} random values per format: **{sum(mismatches.values())} mismatc
 # <span style="color:#2ca02c">mantissa</span>), the relative error and the outcome. The figure marks
 # `|x|` (dashed) and each format's stored value (diamonds, coloured by outcome) on the ranges.
 #
-# **How it is drawn, and why.** Each change builds an ordinary plotly figure and writes its
-# display data into an ipywidgets `Output` widget: plotly's own mime type, which JupyterLab's plotly
-# extension renders, and an HTML version that loads plotly.js from plotly's CDN. Plotly's
-# `FigureWidget` would update in place, but in JupyterLab 4 it needs the `anywidget` package, and
-# on Colab a custom widget manager as well; a plain figure in an `Output` widget needs neither.
-# **On Colab** the same path is used: Colab has no plotly extension, so it shows the HTML version,
-# and the cell below enables Colab's custom widget manager, which ipywidgets 8 needs there. The
-# callbacks are plain methods, so the course's tests drive them without a browser (and one test
-# drives them in a real JupyterLab in headless Chromium).
+#
+# On Colab, the next cell enables Colab's custom widget manager, which the widgets need there.
 
 # %%
 if device.on_colab():
@@ -208,7 +200,7 @@ show_source(OverflowExplorer.update)
 
 # %%
 explorer = OverflowExplorer(value=300.0, fmt="fp8_e4m3fn")
-explorer
+widgets.show(explorer.widget, explorer.figure, "the overflow explorer")
 
 # %% [markdown]
 # The explorer is a Python object: what it shows for a value can be read back. Setting the slider
@@ -231,7 +223,7 @@ show_source(ops.evaluate)
 
 # %%
 ops_explorer = OpExplorer(op="exp", x=12.0)
-ops_explorer
+widgets.show(ops_explorer.widget, ops_explorer.figure, "the operation explorer")
 
 # %%
 exp_fp16 = ops.evaluate("exp", 12.0, "fp16")
@@ -294,7 +286,9 @@ md(f"Per-channel scales cut the int8 error from **{pt8.rel_error:.2%}** to **{pc
 # Inference needs the weights (and a KV cache, notebook 06). Training needs much more: gradients,
 # optimizer state, and activations. With Adam in mixed precision (the ZeRO paper's accounting)
 # every parameter costs 2 bytes of bf16/fp16 weights, 2 of gradients, 4 of fp32 master weights and
-# 4 + 4 of fp32 moments: **16 bytes per parameter**, before any activation.
+# 4 + 4 of fp32 moments: **16 bytes per parameter**, before any activation. Memory in this course's
+# text is in **GiB** (2^30 bytes), the unit in which GPUs report their memory; a GPU's capacity is
+# what torch reports as usable, less than the "GB" in its product name.
 
 # %%
 show_source(memory.training_bytes)
@@ -304,35 +298,40 @@ n7 = 7e9
 weights7 = {d: {"weights": memory.weights_bytes(n7, d)} for d in ("fp32", "bf16", "int8", "int4")}
 train7 = {"fp32 Adam": memory.training_bytes(n7, mixed=False),
           "mixed-precision Adam": memory.training_bytes(n7, mixed=True)}
+H100 = "H100 80 GB"
 mplots.breakdown_figure({**{f"weights {d}": v for d, v in weights7.items()},
                          **{f"train, {k}": v for k, v in train7.items()}},
-                        title="A 7B-parameter model", capacity_gb=80, capacity_label="H100 / A100 80GB")
+                        title="A 7B-parameter model", capacity_gib=memory.GPU_MEMORY_GIB[H100], capacity_label=H100)
 
 # %%
+need7 = sum(train7["mixed-precision Adam"].values())
 md("For 7 billion parameters: weights take " + ", ".join(
-    f"**{v['weights'] / memory.GB:g} GB** in {d}" for d, v in weights7.items())
-   + f"; training with mixed-precision Adam needs **{sum(train7['mixed-precision Adam'].values()) / memory.GB:g} GB** "
-   f"({sum(memory.training_bytes(1.0).values()):g} bytes per parameter) before activations.")
+    f"**{narrate.gib(v['weights']):.1f} GiB** in {d}" for d, v in weights7.items())
+   + f"; training with mixed-precision Adam needs **{narrate.gib(need7):.1f} GiB** "
+   f"({sum(memory.training_bytes(1.0).values()):g} bytes per parameter) before activations: on one {H100} it "
+   f"{narrate.fits(need7, memory.GPU_MEMORY_GIB[H100] * memory.GiB)}.")
 
 # %% [markdown]
-# A 70B model (Llama-2-70B's shape) does not fit on one GPU even for inference in bf16. Tensor
-# parallelism (notebook 09) splits every weight matrix over `t` GPUs, so each holds `1/t` of the
-# weights and of the KV heads:
+# A 70B model (Llama-2-70B's shape) in bf16 needs about 2 bytes per parameter for its weights alone,
+# before any KV cache: close to the whole memory of the largest single GPUs. Tensor parallelism
+# (notebook 09) splits every weight matrix over `t` GPUs, so each holds `1/t` of the weights and of
+# the KV heads:
 
 # %%
 show_source(memory.per_gpu_bytes)
 
 # %%
 tp70 = {f"TP={t}": memory.per_gpu_bytes("70b", t, seq=4096, batch=8) for t in (1, 2, 4, 8)}
+H200 = "H200 141 GB"
 mplots.breakdown_figure(tp70, title="Llama-2-70B inference (bf16, 8 sequences of 4096 tokens): per GPU",
-                        capacity_gb=141, capacity_label="H200")
+                        capacity_gib=memory.GPU_MEMORY_GIB[H200], capacity_label=H200)
 
 # %%
 s70 = memory.PRESETS["70b"]
-fits = [k for k, v in tp70.items() if sum(v.values()) / memory.GB <= 141]
-md(f"{s70.name} has **{s70.n_params() / 1e9:.1f} B** parameters: **{memory.weights_bytes(s70.n_params()) / memory.GB:.0f} GB** "
-   f"of bf16 weights. With 8 sequences of 4096 tokens in its KV cache, it fits on 141 GB GPUs at "
-   f"**{', '.join(fits)}**; per GPU: " + ", ".join(f"{k} {sum(v.values()) / memory.GB:.1f} GB" for k, v in tp70.items()) + ".")
+have = memory.GPU_MEMORY_GIB[H200] * memory.GiB
+md(f"{s70.name} has **{s70.n_params() / 1e9:.1f} B** parameters: **{narrate.gib(memory.weights_bytes(s70.n_params())):.0f} GiB** "
+   f"of bf16 weights. With 8 sequences of 4096 tokens in its KV cache, per {H200} GPU:\n"
+   + "\n".join(f"- {k}: {narrate.fits(sum(v.values()), have)}" for k, v in tp70.items()))
 
 # %% [markdown]
 # The estimator: pick a model, inference or training, the weight format, the sequence length and
@@ -340,13 +339,14 @@ md(f"{s70.name} has **{s70.n_params() / 1e9:.1f} B** parameters: **{memory.weigh
 
 # %%
 estimator = MemoryEstimator(model="70b", mode="inference", seq=4096, batch=8)
-estimator
+widgets.show(estimator.widget, estimator.figure, "the memory estimator")
 
 # %% [markdown]
 # ## 7. Matmul throughput by dtype (GPU)
 #
-# Smaller formats are also faster: tensor cores do twice the multiply-adds per cycle in bf16 as in
-# tf32, and twice again in fp8 or int8. `course-kit bench dtypes` times an `n × n × n` matmul in
+# Smaller formats can also be faster: on Hopper the datasheet's dense tensor-core peak doubles from
+# tf32 to bf16, and doubles again to fp8 and int8. Whether a real matmul gets there is what the
+# benchmark measures. `course-kit bench dtypes` times an `n × n × n` matmul in
 # each format on the same shape, with random non-zero inputs rotated between calls, CUDA-event
 # timing and medians; each variant is first checked against a float64 matmul of the very same
 # inputs. fp8 uses `torch._scaled_mm` (needs sm_89+: Ada or Hopper) with unit scales, int8
@@ -384,15 +384,7 @@ fig
 # %%
 rec = own or ref
 if rec is not None:
-    s = rec["summary"]
-    parts = [f"bf16 **{s['bf16_tflops']:.0f} TFLOP/s**" if s.get("bf16_tflops") else None,
-             f"fp8 with fast accumulation **{s['fp8_fast_tflops']:.0f} TFLOP/s**, "
-             f"**{s['fp8_fast_over_bf16']:.2f}x** bf16" if s.get("fp8_fast_over_bf16") else None,
-             f"fp8 with full accumulation **{s['fp8_over_bf16']:.2f}x** bf16" if s.get("fp8_over_bf16") else None,
-             f"int8 **{s['int8_over_bf16']:.2f}x** bf16" if s.get("int8_over_bf16") else None,
-             f"tf32 **{s['tf32_over_fp32']:.1f}x** strict fp32" if s.get("tf32_over_fp32") else None]
-    md(f"On the {rec['environment'].get('gpu')} at n = {rec['params'].get('n')}: "
-       + "; ".join(p for p in parts if p) + ".")
+    md(explain_throughput(rec["summary"], rec["results"], rec["environment"].get("gpu"), rec["params"].get("n")))
 
 # %% [markdown]
 # ## Exercises
@@ -493,8 +485,8 @@ grading.check("01.memory", n_params, weights_gb, adam_gb, kv_gb)
 # - fp16 overflows in `exp`, squares and naive softmax where bf16 does not; bf16 loses precision in
 #   long sums where fp16 does not; both need fp32 accumulation.
 # - int8/int4 store codes and scales; per-channel scales cut the error that outliers cause.
-# - Mixed-precision Adam needs 16 bytes per parameter; a 70B model needs tensor parallelism just to
-#   hold its weights on 141 GB GPUs with room for a KV cache.
+# - Mixed-precision Adam needs 16 bytes per parameter; tensor parallelism divides a model's weights
+#   and KV cache over GPUs, which section 6 computed for a 70B model (memory in GiB, 2^30 bytes).
 #
 # **Further reading**
 # - IEEE 754-2019, *IEEE Standard for Floating-Point Arithmetic*.

@@ -1,0 +1,68 @@
+"""Notebook 01's "what just happened" sentences, computed from the formats' limits and the records.
+
+- `explain_range_precision`: which of two formats has the range and which the precision, from their
+  max and eps (issue 19 item 11: bf16, not fp16, pays for its range with precision).
+- `explain_throughput`: each measured matmul rate against bf16's, beside the datasheet's ratio and
+  each one's fraction of its own peak (issue 19 item 12: int8 measured 1.24x bf16, not 2x).
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+from .. import narrate
+from .formats import get_format
+
+
+def explain_range_precision(a: str, b: str) -> str:
+    """'bf16 reaches 3.39e+38 against fp16's 65504 ...; bf16 pays for that range with precision:
+    eps 0.0078 against 0.00098, 8x coarser'. Works for any two float formats, in either order."""
+    fa, fb = get_format(a), get_format(b)
+    for f in (fa, fb):
+        if f.kind != "float":
+            raise ValueError(f"{f.name} is not a floating-point format; range and precision need floats")
+    wide, narrow = (fa, fb) if fa.max >= fb.max else (fb, fa)
+    if wide.max == narrow.max:
+        range_part = f"{fa.name} and {fb.name} reach the same max, {wide.max:.3g}"
+    else:
+        range_part = (f"{wide.name} ({wide.exponent_bits} exponent bits) reaches **{wide.max:.3g}** against "
+                      f"{narrow.name}'s **{narrow.max:.6g}** ({narrow.exponent_bits} exponent bits)")
+    if wide.eps > narrow.eps:
+        prec = (f"{wide.name} pays for that range with precision: eps **{wide.eps:.2g}** against "
+                f"{narrow.name}'s **{narrow.eps:.2g}** ({wide.eps / narrow.eps:.0f}x coarser, "
+                f"{wide.mantissa_bits} mantissa bits against {narrow.mantissa_bits})")
+    elif wide.eps < narrow.eps:
+        prec = (f"and it is also the more precise: eps **{wide.eps:.2g}** against {narrow.name}'s "
+                f"**{narrow.eps:.2g}**")
+    else:
+        prec = f"with the same precision, eps {wide.eps:.2g}"
+    return f"{range_part}; {prec}."
+
+
+def explain_throughput(summary: Mapping, results: list[Mapping], gpu: str, n: int | None = None) -> str:
+    """Each format's matmul rate against bf16's as measured, next to the ratio of their datasheet peaks
+    and the fraction of its own peak each reached. Says where a format fell short of its datasheet
+    ratio; names no cause beyond the fractions of peak, which the record holds."""
+    by = {r.get("variant", r["name"]): r for r in results if r.get("tflops")}
+    if "bf16" not in by:
+        return f"On the {gpu}: no bf16 matmul was measured, so nothing is compared with it."
+    b = by["bf16"]
+    lines = [f"On the {gpu}{f' at n = {n:,}' if n else ''}: bf16 ran **{b['tflops']:,.0f} TFLOP/s**"
+             + (f" ({b['fraction_of_peak']:.0%} of its datasheet peak)." if b.get("fraction_of_peak") else ".")]
+    for key in ("fp32", "tf32", "fp16", "fp8", "fp8_fast", "int8"):
+        r = by.get(key)
+        if r is None:
+            continue
+        measured = r["tflops"] / b["tflops"]
+        label = r["name"]
+        text = f"- {label}: {narrate.ratio_words(measured)} bf16 ({measured:.2f}x bf16's rate)"
+        if r.get("peak_tflops") and b.get("peak_tflops"):
+            spec = r["peak_tflops"] / b["peak_tflops"]
+            text += f"; its datasheet peak (dense) is {spec:.2f}x bf16's"
+            if r.get("fraction_of_peak") is not None:
+                text += f", and it reached {r['fraction_of_peak']:.0%} of its own peak"
+                if spec > 1.0 and measured < 0.8 * spec:
+                    text += (f": it fell short of the datasheet's ratio because it ran further from its peak "
+                             f"than bf16 did ({r['fraction_of_peak']:.0%} against {b['fraction_of_peak']:.0%}); "
+                             f"the record does not show why")
+        lines.append(text + ".")
+    return "\n".join(lines)

@@ -1,0 +1,47 @@
+"""Notebook 01's explainers: range against precision (issue 19 item 11) and measured matmul rates
+against the datasheet (item 12), both directions, on the real H200 record too."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from course_kit.dtypes.explain import explain_range_precision, explain_throughput
+
+REC = json.loads((Path(__file__).resolve().parents[1] / "data/reference/h200/dtypes.json").read_text())
+
+
+def test_bf16_pays_for_range_with_precision_in_either_order():
+    for a, b in (("fp16", "bf16"), ("bf16", "fp16")):
+        t = explain_range_precision(a, b)
+        assert "bf16 pays for that range with precision" in t and "fp16 pays" not in t
+        assert "8x coarser" in t and "65504" in t
+    fp8 = explain_range_precision("fp8_e4m3fn", "fp8_e5m2")
+    assert "fp8_e5m2 pays" in fp8 and "448" in fp8
+
+
+def test_range_and_precision_together_and_bad_input():
+    t = explain_range_precision("fp32", "fp16")          # fp32 wins both
+    assert "also the more precise" in t and "pays" not in t
+    assert "same max" in explain_range_precision("bf16", "bf16")
+    with pytest.raises(ValueError, match="floating-point"):
+        explain_range_precision("int8", "fp16")
+
+
+def test_throughput_on_the_h200_record_names_int8_short_of_its_datasheet_ratio():
+    t = explain_throughput(REC["summary"], REC["results"], "NVIDIA H200", 8192)
+    int8 = next(line for line in t.splitlines() if line.startswith("- int8"))
+    assert "1.24x faster than bf16" in int8 and "2.00x bf16's" in int8 and "fell short" in int8
+    fp16 = next(line for line in t.splitlines() if line.startswith("- fp16"))
+    assert "about as fast as" in fp16 and "fell short" not in fp16
+    fp32 = next(line for line in t.splitlines() if line.startswith("- fp32"))
+    assert "slower than bf16" in fp32
+
+
+def test_throughput_when_a_format_meets_its_ratio_or_bf16_is_missing():
+    rows = [{"name": "bf16", "variant": "bf16", "tflops": 500.0, "peak_tflops": 1000.0, "fraction_of_peak": 0.5},
+            {"name": "int8", "variant": "int8", "tflops": 1000.0, "peak_tflops": 2000.0, "fraction_of_peak": 0.5}]
+    t = explain_throughput({}, rows, "GPU")
+    assert "2.00x faster than bf16" in t and "fell short" not in t
+    assert "no bf16" in explain_throughput({}, rows[1:], "GPU")
