@@ -37,6 +37,10 @@ def _key(name: str) -> Callable[[dict], float | None]:
     return lambda rec: (rec.get("summary") or {}).get(name)
 
 
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
 ROWS: tuple[Row, ...] = (
     Row("h200", "roofline", "device copy bandwidth (read + write)", _key("copy_gbs"), "GB/s"),
     Row("h200", "dtypes", "bf16 matmul, 8192³", _key("bf16_tflops"), "TFLOP/s"),
@@ -62,7 +66,12 @@ ROWS: tuple[Row, ...] = (
     Row("h200x2", "parallel", "TP=2 MLP over one GPU", _key("mlp_speedup_tp2"), "x", 1.7),
     Row("h200x2", "parallel", "TP=2 llama-1b decode over one GPU", _key("decode_speedup_llama-1b_tp2"), "x", 1.2),
     Row("h200x2", "parallel", "TP=2 Llama-3-8B-shape decode over one GPU", _key("decode_speedup_llama3-8b_tp2"), "x", 1.5),
-    Row("h200", "serving", "request rate where p99 TTFT crosses 1 s", _key("knee_rate_rps"), "req/s"),
+    Row("h200", "serving", "course server: request rate where p99 TTFT crosses 1 s",
+        lambda r: ((r.get("summary", {}).get("servers") or {}).get("course") or {}).get("knee_rps"), "req/s"),
+    Row("h200", "serving", "course server over transformers serve: saturation capacity",
+        lambda r: _ratio(((r.get("summary", {}).get("servers") or {}).get("course") or {}).get("capacity_rps"),
+                         ((r.get("summary", {}).get("servers") or {}).get("transformers serve") or {})
+                         .get("capacity_rps")), "x"),
 )
 
 
