@@ -86,3 +86,12 @@ def test_ladder_widget_toggles_and_live_run():
     w.toggles["CUDA graphs"].value = True
     live = ladder.live_run(w.enabled(), n_requests=2)
     assert set(live) == {"HF generate", "engine: continuous + paged KV"} and all(v > 0 for v in live.values())
+
+
+def test_ep_and_cp_sentences_both_ways():
+    from course_kit.parallel import explain
+    assert "uneven" in explain.explain_load([15, 10, 12]) and "1.50x" in explain.explain_load([15, 10, 12])
+    assert "even here" in explain.explain_load([8, 8])
+    assert "unequal" in explain.explain_causal_blocks([1, 2]) and "equal work" in explain.explain_causal_blocks([2, 2])
+    with pytest.raises(ValueError):
+        explain.explain_load([])

@@ -218,3 +218,28 @@ def explain_tradeoff(result: Mapping[str, Mapping], capacity_bytes: float, batch
             line += f", {speed(step, base)} {labels[0]}"
         out.append(line + f"; collectives {result['time'][k]['comm_s'] / step:.0%} of the step")
     return out
+
+
+def explain_speedups(record: Mapping[str, Any]) -> str:
+    """The 2-GPU record against one GPU: the TP MLP, TP decode (same mode at both sizes), and the
+    captured step with NCCL's all-reduce against the one-shot one; wording from the ratios."""
+    from ..narrate import ratio_words, speed
+    s = record["summary"]
+    if "mlp_speedup_tp2" not in s:
+        raise ValueError("the record has no TP=2 figures")
+    env = record.get("environment", {})
+    where = f"{env.get('gpu') or 'this machine'} x{env.get('gpu_count', 2)}"
+    out = [f"On {where}: the TP=2 MLP runs **{ratio_words(s['mlp_speedup_tp2'])}** one GPU."]
+    for r in record["results"]:
+        if r.get("name") != "decode" or r.get("tp") != 2 or "speedup" not in r:
+            continue
+        line = (f"TP=2 decode of the {r['model']} shape ({r['speedup_mode'].replace('_', ' ')}) runs "
+                f"**{ratio_words(r['speedup'])}** one GPU; its float32 greedy tokens "
+                f"{'equal' if r.get('fp32_tokens_identical') else 'differ from'} one GPU's.")
+        by = r.get("s_per_token_by_mode", {})
+        if "cuda_graph_nccl" in by and "cuda_graph" in by and r.get("all_reduce") == "one_shot":
+            line += (f" Captured in a CUDA graph, the step with the one-shot all-reduce runs "
+                     f"{speed(by['cuda_graph'], by['cuda_graph_nccl'])} the same step with NCCL's "
+                     f"({by['cuda_graph'] * 1e3:.3f} against {by['cuda_graph_nccl'] * 1e3:.3f} ms per token).")
+        out.append(line)
+    return " ".join(out)

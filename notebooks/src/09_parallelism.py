@@ -1,8 +1,8 @@
 # %% [markdown]
 # # 09 · Parallelism: data, tensor, pipeline, expert and context
 #
-# One GPU eventually runs out: of memory (a 70B model's bf16 weights alone are 140 GB), of
-# bandwidth (a decode step must read every weight once), or of time (training on one GPU would
+# One GPU eventually runs out: of memory (the weights of a 70B model nearly fill the largest GPU:
+# computed below), of bandwidth (a decode step must read every weight once), or of time (training on one GPU would
 # take years). Parallelism splits the work over several GPUs, and each way of splitting it pays in
 # communication. This notebook builds the five kinds used today (data, tensor, pipeline, expert
 # and context parallelism), each one checked against the single-process computation it replaces,
@@ -20,9 +20,14 @@
 # - tensor parallelism: column- and row-parallel linears, communication ops named after what they
 #   do in the forward and the backward pass, a TP MLP and TP attention with grouped-query heads,
 #   and the course model decoding with TP;
-# - pipeline parallelism with GPipe and 1F1B schedules, and the bubble (p-1)/(m+p-1);
+# - ZeRO: the training state of data parallelism sharded by stage, and ZeRO-1 run on processes;
+# - sequence parallelism: what it shards next to TP, and the activation memory it saves;
+# - pipeline parallelism with GPipe, 1F1B and interleaved 1F1B schedules, and the bubble
+#   (p-1)/(m+p-1) against what a measured timeline shows;
 # - expert parallelism (all-to-all dispatch and combine) and context parallelism (ring attention);
 # - when TP pays off, and the memory per GPU of a 70B model at TP 1, 2, 4 and 8.
+#
+# Memory in this notebook is in GiB (2^30 bytes), the unit PyTorch reports a GPU's memory in.
 
 # %%
 {{SETUP}}
@@ -43,14 +48,26 @@ PP_MICRO = [1, 2, 4, 8] if not P["smoke"] else [1, 4]                 # micro-ba
 # %%
 import torch
 
-from course_kit import bench, grading, notebook
-from course_kit.benchmarks import parallel as bench_parallel
+from course_kit import bench, grading, memory, narrate, notebook, widgets
 from course_kit.notebook import md, show_source
-from course_kit.parallel import comm, context, data, expert, launcher, pipeline, tensor, tp_llama
+from course_kit.parallel import explain as pexplain
+from course_kit.parallel import (bubble, comm, context, data, expert, launcher, measure, pipeline,
+                                 schedules, sequence, tensor, tp_llama, tp_model, zero)
 from course_kit.plots import parallel as pplots
-from course_kit.widgets.parallel import TPTradeoff
+from course_kit.widgets.parallel import TPTradeoff, ZeroMemory
+from course_kit.widgets.pipeline import PipelineSchedules
 
-P
+md(f"Running on **{P['device']}** with dtype **{str(P['dtype']).replace('torch.', '')}**, sizes "
+   f"**{P['size']}**{' (smoke: the smallest sizes)' if P['smoke'] else ''}; {WORLD} CPU processes for "
+   f"the correctness demos.")
+
+# %%
+seventy = memory.PRESETS["70b"]
+w70 = memory.weights_bytes(seventy.n_params(), "bf16")
+h200 = tp_model.H200_GIB * 2**30       # what the reference H200 exposes to PyTorch
+md(f"{seventy.name} has {seventy.n_params() / 1e9:,.1f} billion parameters: its bf16 weights alone are "
+   f"**{narrate.gib(w70):,.1f} GiB**, which {narrate.fits(w70, h200)} on one H200, leaving "
+   f"{narrate.gib(max(h200 - w70, 0)):,.1f} GiB for the KV cache, activations and everything else.")
 
 # %% [markdown]
 # ## 1. Starting processes from a notebook
@@ -115,7 +132,9 @@ ref2 = notebook.record("parallel", "h200x2", quiet=True)
 scaling = {slug: notebook.record("parallel", slug, quiet=True) for slug in ("h200x4", "h200x8")}
 scaling = {k: v for k, v in scaling.items() if v is not None}
 own_label = f"this machine ({own['environment']['gpu'] or 'CPU'}, {own['summary']['backend']})"
-{k: v for k, v in own["summary"].items() if not k.startswith("decode_tokens_per_s")}
+md(f"Measured here over {', '.join(str(n) for n in own['summary']['world_sizes'])} "
+   f"{'GPUs' if own['summary']['backend'] == 'nccl' else 'processes'} ({own['summary']['backend']}); "
+   f"recorded runs available: {', '.join(sorted(['h200x2'] * (ref2 is not None) + list(scaling))) or 'none'}.")
 
 # %%
 series = {own_label: [r for r in own["results"] if r["name"] == "all_reduce"]}
@@ -146,7 +165,8 @@ for label, rows in series.items():
                     f"{size} over {big['n']} ranks")
 if fit:
     text.append(f"- alpha-beta fit: alpha = **{fit['alpha_s'] * 1e6:.1f} µs** per step, link bandwidth "
-                f"**{fit['bandwidth_Bps'] / 1e9:,.1f} GB/s**")
+                f"**{fit['bandwidth_Bps'] / 1e9:,.1f} GB/s**. These calls are eager, timed one by one from "
+                f"Python; §8 sets them beside an all-reduce inside a captured decode step")
 md("Small messages are latency-bound (the flat left part), large ones bandwidth-bound:\n" + "\n".join(text))
 
 # %% [markdown]
@@ -167,6 +187,41 @@ md(f"After two SGD steps on {WORLD} ranks, the largest relative difference betwe
    f"bucketed and per-tensor all-reduce **{max(r['bucketed_vs_hand'] for r in dp):.1e}**, and against "
    f"one process training on the whole batch **{max(r['hand_vs_single_process'] for r in dp):.1e}** "
    f"(float32 sums in another order).")
+
+# %% [markdown]
+# ### ZeRO: sharding the training state
+#
+# Plain data parallelism keeps a whole copy of the training state on every GPU: with mixed-precision
+# Adam, 2 bytes of 16-bit weights, 2 of gradients and 12 of optimizer state (fp32 master weights,
+# momentum, variance) per parameter, 16 bytes (Rajbhandari et al. 2020). ZeRO shards it over the N
+# data-parallel GPUs, one part more at each stage: stage 1 the optimizer state (2 + 2 + 12/N bytes),
+# stage 2 the gradients too (2 + 14/N), stage 3 the weights too (16/N; PyTorch's FSDP
+# `fully_shard`). Stages 1 and 2 move the same bytes as DP's all-reduce (a reduce-scatter of the
+# gradients and an all-gather of the updated weights); stage 3 gathers each layer's weights again
+# in the forward and backward passes.
+
+# %%
+show_source(zero.zero_bytes_per_gpu)
+
+# %%
+zero_widget = ZeroMemory(model="70b", gpus=8)
+widgets.show(zero_widget, zero_widget.figure, "the ZeRO memory widget")
+
+# %% [markdown]
+# A ZeRO-1 step: every rank averages the gradients as in DP, updates only its 1/N slice of the
+# flattened parameters with its own Adam state, and an all-gather gives everyone the whole model.
+# Adam works element by element, so the result must equal plain DP's exactly.
+
+# %%
+show_source(zero.ZeRO1.step)
+
+# %%
+z1 = launcher.launch(zero.check_zero1, WORLD, steps=5, backend="gloo")
+md(f"After 5 Adam steps on {WORLD} ranks the parameters moved by up to **{z1[0]['moved_from_init']:.1%}** "
+   f"from their start; ZeRO-1 differs from plain DP by **{max(r['zero1_vs_dp'] for r in z1):.1e}** and "
+   f"torch's `ZeroRedundancyOptimizer` by **{max(r['torch_zero_vs_dp'] for r in z1):.1e}** (relative). "
+   f"Each rank holds **{z1[0]['state_bytes_zero1']:,}** bytes of Adam state against DP's "
+   f"**{z1[0]['state_bytes_dp']:,}**: {z1[0]['state_bytes_dp'] / z1[0]['state_bytes_zero1']:.2f}x less.")
 
 # %% [markdown]
 # ## 4. Tensor parallelism
@@ -219,6 +274,32 @@ worst = max(max(r.values()) for runs in tp.values() for r in runs)
 md(f"Outputs, input gradients and every shard's weight gradients of the column/row linears, the TP "
    f"MLP and TP attention (8 query heads, 2 K/V heads, and 1 K/V head replicated) match the "
    f"unsharded modules to a relative **{worst:.1e}**.")
+
+# %% [markdown]
+# ### Sequence parallelism: the activations TP leaves whole
+#
+# Tensor parallelism splits what lies inside its column/row-parallel pairs. The LayerNorms, the
+# dropouts and the inputs of the first linear of each block sit outside them, so every GPU stores
+# them whole: 10 of the 34 bytes per token and hidden unit that a layer keeps for its backward pass
+# (Korthikanti et al. 2022). Those operations treat each token on its own, so *sequence
+# parallelism* splits them along the sequence: the all-reduce that ends a TP region becomes a
+# reduce-scatter (each GPU keeps its slice of the tokens), and the next TP region starts with an
+# all-gather. The same bytes travel, and every stored activation is divided by t.
+
+# %%
+show_source(sequence.layer_activation_parts)
+
+# %%
+sp = sequence.sp_comparison(seq=4096, batch=1, hidden=seventy.hidden, heads=seventy.heads,
+                            layers=seventy.layers, tp=8, flash=True)
+display(pplots.gib_bars_figure({k: {"activations": v} for k, v in sp.items()},
+                               title=f"{seventy.name}: stored activations per GPU, 4k tokens, flash attention",
+                               capacity_bytes=h200, capacity_label="H200"))
+tp_only, with_sp = sp["TP=8"], sp["TP=8 + sequence parallel"]
+md(f"For {seventy.name} at 4,096 tokens (flash attention, so no score matrices are stored): "
+   f"{narrate.gib(sp['one GPU']):,.1f} GiB on one GPU, {narrate.gib(tp_only):,.1f} GiB per GPU with TP=8, "
+   f"and {narrate.gib(with_sp):,.1f} GiB with sequence parallelism too: "
+   f"{narrate.more_or_less(narrate.gib(with_sp), narrate.gib(tp_only), 'GiB')} TP alone.")
 
 # %% [markdown]
 # ### The course model with tensor parallelism
@@ -284,26 +365,15 @@ if src is None or 2 not in src["summary"]["world_sizes"]:
     md("No two-GPU record is available here, so there is no GPU speed-up to show; the table above "
        "holds this machine's own figures.")
 else:
-    s = src["summary"]
-    model = next(r["model"] for r in src["results"] if r["name"] == "decode")
-    md(f"On {src['environment']['gpu']} x{src['environment']['gpu_count']}: the TP=2 MLP runs "
-       f"**{s['mlp_speedup_tp2']:.2f}x** faster than one GPU (the target is {bench_parallel.MLP_TARGET}x); "
-       f"TP=2 decode of the {model} shape runs at **{s[f'decode_speedup_{model}_tp2']:.2f}x** one GPU's "
-       f"speed, and its greedy tokens equal one GPU's (float32 check): "
-       f"**{s[f'decode_tokens_identical_{model}_tp2']}**.")
-    tp2 = next(r for r in src["results"] if r["name"] == "decode" and r["model"] == model and r["tp"] == 2)
-    by_mode = tp2["s_per_token_by_mode"]
-    if "cuda_graph_nccl" in by_mode:
-        md(f"The same captured step takes **{by_mode['cuda_graph_nccl'] * 1e3:.3f} ms** per token with "
-           f"NCCL's all-reduce and **{by_mode['cuda_graph'] * 1e3:.3f} ms** with the "
-           f"{tp2.get('all_reduce', 'nccl').replace('_', '-')} all-reduce.")
+    md(tp_model.explain_speedups(src))
 
 # %% [markdown]
 # ### Scaling to 4 and 8 GPUs
 #
-# With more GPUs the weights per GPU keep shrinking but the all-reduces do not, so decode speed-up
-# flattens; a larger model (the Llama 3 8B shape) has more work per all-reduce and scales further.
-# These curves come from records made on 4- and 8-GPU machines, next to a gpt-fast style table.
+# With more GPUs the weights each GPU reads keep shrinking, but the per-layer costs and the
+# all-reduces do not. Measured curves need a record from a machine with that many GPUs; the cell
+# below lists the records that exist and plots 4 and 8 GPUs only when such records are present.
+# §8 models the larger sizes from the 1- and 2-GPU record.
 
 # %%
 curves = dict(scaling)
@@ -316,8 +386,8 @@ if any(k in scaling for k in ("h200x4", "h200x8")):
     display(pplots.scaling_figure(curves, what="mlp"))
 else:
     notebook.banner("No 4- or 8-GPU records exist (<code>data/reference/h200x4</code>, "
-                    "<code>h200x8</code>): they need a machine with 4 or 8 GPUs, which may never be "
-                    "available to this course. Only the machines below are shown.", "warning")
+                    "<code>h200x8</code>): the records here are "
+                    + (", ".join(sorted(curves)) or "none") + ". The table shows those only.", "warning")
 pplots.tokens_table(curves if curves else {own_label: own})
 
 # %% [markdown]
@@ -330,19 +400,24 @@ pplots.tokens_table(curves if curves else {own_label: own})
 #   activations.
 # - **1F1B** alternates one forward and one backward after a short warm-up: the same bubble, but rank
 #   `r` keeps at most `p-r` micro-batches of activations.
+# - **Interleaved 1F1B** (Narayanan et al. 2021) gives each rank `v` smaller chunks of the model
+#   (rank r holds virtual stages r, r+p, ...), so each step is 1/v as long and the pipeline fills
+#   v times faster: the bubble becomes (p-1)/(v·m+p-1), paid for with more messages (each
+#   micro-batch crosses every rank v times) and more activations held during the warm-up.
+#
+# The schedules are pure functions (`schedules.actions`); `simulate` runs them with fixed step
+# costs and free messages. The widget draws any of them; its bubble is read from the simulated
+# timeline and set beside the formula.
 
 # %%
-show_source(pipeline.schedule)
+show_source(schedules.actions)
 
 # %%
-sim = {k: pipeline.simulate(k, 4, 8) for k in pipeline.SCHEDULES}
-for k, ev in sim.items():
-    display(pplots.timeline_figure(ev, title=f"{k}, p=4 stages, m=8 (simulated, backward = 2 x forward)",
-                                   unit="steps"))
-md(f"Simulated with exact step costs, both schedules idle **{pipeline.bubble_of(sim['gpipe']):.1%}** of "
-   f"the time = (4-1)/(8+4-1) = {pipeline.bubble_theory(4, 8):.1%}. Peak micro-batches of activations "
-   f"held per rank: GPipe {[pipeline.peak_in_flight(sim['gpipe'], r) for r in range(4)]}, "
-   f"1F1B {[pipeline.peak_in_flight(sim['1f1b'], r) for r in range(4)]}.")
+schedule_widget = PipelineSchedules(p=4, m=8, kind="1f1b")
+widgets.show(schedule_widget, schedule_widget.figure, "the pipeline-schedule widget")
+
+# %%
+md(schedules.explain_simulation("gpipe", 4, 8) + "\n\n" + schedules.explain_simulation("1f1b", 4, 8))
 
 # %% [markdown]
 # The real pipeline (`run_pipeline`) sends activations forward and gradients backward with
@@ -360,20 +435,20 @@ md(f"GPipe and 1F1B on {WORLD} stages: loss within **{pp[-1]['gpipe_loss']:.1e}*
 
 # %%
 pp_rows = [r for r in own["results"] if r["name"] == "pipeline"]
-if ref2 is not None:
+if ref2 is not None and ref2.get("timelines"):
     ref_pp = [r for r in ref2["results"] if r["name"] == "pipeline"]
     display(pplots.bubble_figure(ref_pp, 2, title="Bubble on 2x H200 (reference) against (p-1)/(m+p-1)"))
-    key = max(ref2.get("timelines", {}), key=lambda k: ("1f1b" in k, int(k.split("_m")[-1])), default=None)
-    if key:
-        display(pplots.timeline_figure(ref2["timelines"][key], title=f"2x H200 (reference): {key}", unit="ms"))
+    m_top = max(r["m"] for r in ref_pp)
+    g, f = ref2["timelines"][f"gpipe_p2_m{m_top}"], ref2["timelines"][f"1f1b_p2_m{m_top}"]
+    display(pplots.timeline_figure(g, title=f"2x H200 (reference): GPipe, m={m_top}", unit="ms"))
+    display(pplots.timeline_figure(f, title=f"2x H200 (reference): 1F1B, m={m_top}", unit="ms"))
+    md(bubble.explain_bubble(g, "2x H200 (GPipe)") + "\n\n" + bubble.explain_bubble(f, "2x H200 (1F1B)")
+       + "\n\n" + bubble.explain_schedules(g, f, "2x H200"))
 if pp_rows:
     display(pplots.bubble_figure(pp_rows, 2, title=f"Bubble on this machine ({own_label})"))
     key = sorted(own.get("timelines", {}))[-1]
     display(pplots.timeline_figure(own["timelines"][key], title=f"This machine: {key}", unit="ms"))
-    md("On a shared CPU the measured bubble sits above the formula: the ranks' steps are not equal and "
-       "sending costs time. " + (f"On the reference GPUs, at m={max(r['m'] for r in ref_pp)}: measured "
-       f"{[r['bubble'] for r in ref_pp if r['m'] == max(x['m'] for x in ref_pp)][0]:.1%} against "
-       f"{pipeline.bubble_theory(2, max(r['m'] for r in ref_pp)):.1%}." if ref2 is not None else ""))
+    md(bubble.explain_bubble(own["timelines"][key], own_label))
 
 # %% [markdown]
 # ## 6. Expert parallelism
@@ -395,9 +470,7 @@ for r in ep[1:]:
 display(pplots.bar_figure({f"expert {i} (rank {i // (8 // WORLD)})": v for i, v in enumerate(load)},
                           title="Tokens routed to each expert (top-2 of 8)", yaxis="tokens"))
 md(f"Outputs and gradients (input, router, experts) equal the single-process MoE to "
-   f"**{max(max(r.values()) for r in ep):.1e}** relative. Routing is uneven: the busiest expert got "
-   f"**{max(load)}** tokens and the idlest **{min(load)}**; real systems add a load-balancing loss "
-   f"and a capacity limit.")
+   f"**{max(max(r.values()) for r in ep):.1e}** relative. " + pexplain.explain_load(load))
 
 # %% [markdown]
 # ## 7. Context parallelism: ring attention
@@ -415,34 +488,60 @@ show_source(context.ring_attention)
 cp = launcher.launch(context.check_cp, WORLD, backend="gloo")
 md(f"Ring attention on {WORLD} ranks equals attention over the full sequence to "
    f"**{max(r['full'] for r in cp):.1e}** (no mask) and **{max(r['causal'] for r in cp):.1e}** (causal). "
-   f"With a causal mask the ranks do unequal work: K/V blocks computed per rank "
-   f"{[r['causal_blocks'] for r in cp]}, which is why real systems reorder the chunks (zigzag).")
+   + pexplain.explain_causal_blocks([r['causal_blocks'] for r in cp]))
 
 # %% [markdown]
 # ## 8. When does TP pay? Memory per GPU and time per token
 #
-# A 70B model does not fit one GPU with room for a KV cache; TP divides its weights and cache. But
-# each decode step's two all-reduces per layer do not shrink with TP. The widget combines
-# `course_kit.memory` (bytes per GPU) with the alpha-beta model (time per step) for TP 1, 2, 4 and 8;
-# its link defaults come from the measured fit when one exists.
+# TP divides a model's weights and KV cache over the GPUs, and the bytes each GPU reads per
+# decode step. What it does not divide: the fixed cost of each layer's small kernels, and the
+# collectives (two all-reduces per layer, after attention and after the MLP, and one all-gather of
+# the logits). An all-reduce of a few kilobytes is all latency. NCCL's ring pays a fixed cost plus
+# one hop per step, 2(n-1) steps (NCCL's own tuning model has this form); the one-shot all-reduce
+# pays one barrier whatever n is, then reads n-1 peer buffers.
+#
+# The model below takes its fixed parts from the records: two model sizes at TP=1 give the
+# effective read bandwidth and the per-layer cost, TP=2 gives each algorithm's base latency inside
+# a captured step. Only the hop latency and the bus bandwidth are assumptions, and they are
+# sliders. (An eager call's alpha from §2 would be the wrong figure here: it holds the host's
+# launch, which a captured step does not pay.)
 
 # %%
-show_source(comm.tp_decode_step)
+show_source(tp_model.step_s)
+show_source(tp_model.collective_s)
 
 # %%
-kw = {}
-if fit is not None and (ref2 is not None or own["summary"]["backend"] == "nccl"):
-    kw = {"alpha_us": min(max(fit["alpha_s"] * 1e6, 1.0), 100.0),
-          "busbw_GBps": min(max(fit["bandwidth_Bps"] / 1e9, 1.0), 1000.0)}
-explorer = TPTradeoff(model="70b", seq=8192, batch=1, **kw)
-explorer
+shapes = {n: tp_model.shape_of_config(measure.model_config(n)) for n in ("llama-1b", "llama3-8b")}
+costs_src = ref2 if ref2 is not None else None
+try:
+    costs = tp_model.fit_costs(costs_src, shapes) if costs_src else None
+except ValueError as err:       # a record without two models at TP=1 and 2
+    print(f"No fit from the record: {err}")
+    costs = None
+if costs is not None:
+    fit_rows = tp_model.predict_record(costs_src, shapes, costs)
+    display(pplots.fit_table(fit_rows, title="2x H200 record: measured decode step against the model"))
+    md(tp_model.explain_fit(fit_rows) + f" Fitted: read bandwidth **{costs.hbm_Bps / 1e12:.2f} TB/s**, "
+       f"**{costs.per_layer_s * 1e6:.0f} µs** of fixed cost per layer, a captured all-reduce "
+       f"**{costs.ring_base_s * 1e6:.1f} µs** (NCCL ring) and **{costs.one_shot_base_s * 1e6:.1f} µs** (one-shot) "
+       f"at 2 GPUs.")
+    small = min((r for r in ref2["results"] if r["name"] == "all_reduce" and r["n"] == 2), key=lambda r: r["bytes"])
+    md(f"The smallest eager all-reduce of §2 ({small['bytes']:,} bytes) took **{small['median_s'] * 1e6:.1f} µs** "
+       f"per call; the captured one in the decode step, about {costs.ring_base_s * 1e6:.1f} µs: the eager call is "
+       f"{narrate.speed(small['median_s'], costs.ring_base_s).replace('than', 'than the captured one')}. "
+       f"Same collective, same GPUs: one is launched by the host call by call, the other replayed from a graph. "
+       f"So the model uses the captured figure, not the eager alpha.")
 
 # %%
-res = explorer.result
-md("For Llama-2-70B with an 8k context at batch 1: " + "; ".join(
-    f"{k}: {sum(res['memory'][k].values()) / 1e9:,.1f} GB per GPU, {res['time'][k]['total_s'] * 1e3:.1f} ms "
-    f"per step ({res['time'][k]['all_reduce_s'] / res['time'][k]['total_s']:.0%} all-reduce)"
-    for k in res["memory"]) + ". Move the sliders: a larger batch or a faster link makes high TP pay.")
+gpu_bytes = (torch.cuda.get_device_properties(0).total_memory if P["device"] == "cuda" else h200)
+explorer = TPTradeoff(model="70b", seq=8192, batch=1, capacity_bytes=gpu_bytes,
+                      capacity_label="this GPU" if P["device"] == "cuda" else "H200",
+                      **({"costs": costs} if costs is not None else {}))
+widgets.show(explorer, explorer.figures["time"], "the TP trade-off widget")
+
+# %%
+md("For Llama-2-70B with an 8k context at batch 1, NCCL's ring (memory in GiB):\n"
+   + "\n".join(f"- {line}" for line in tp_model.explain_tradeoff(explorer.result, gpu_bytes)))
 
 # %% [markdown]
 # ## Exercise: the forward pass of a row-parallel linear
@@ -469,13 +568,18 @@ grading.check("09.row_parallel", row_parallel_forward)
 # %% [markdown]
 # ## Summary
 # - Data parallelism replicates the model and all-reduces gradients: equal to DDP, one all-reduce
-#   per bucket.
+#   per bucket. ZeRO shards its 16 bytes per parameter of training state by stage (optimizer
+#   state, gradients, weights); ZeRO-1 gives exactly DP's parameters.
+# - Sequence parallelism splits along the sequence the activations TP leaves whole (LayerNorm,
+#   dropout, the first linears' inputs), so all stored activations are divided by t.
 # - Tensor parallelism splits matrices: column then row parallel needs one all-reduce per MLP and one
 #   per attention; the communication ops are transposes of each other in the backward pass. It pays
 #   for compute-bound work and, at batch 1, only once kernel launches are gone (CUDA graphs) and the
 #   all-reduce latency is small beside the weight reads.
-# - Pipeline parallelism splits layers; its bubble is (p-1)/(m+p-1), and 1F1B holds fewer
-#   activations than GPipe for the same bubble.
+# - Pipeline parallelism splits layers; with equal steps and free messages its bubble is
+#   (p-1)/(m+p-1) for GPipe and 1F1B (1F1B holding fewer activations), and (p-1)/(v·m+p-1) for
+#   interleaved 1F1B. A measured timeline adds what the formula leaves out: unequal step times and
+#   the time between steps.
 # - Expert parallelism moves tokens to experts with two all-to-alls; context parallelism moves K/V
 #   blocks around a ring and merges with the online softmax.
 # - The alpha-beta model and bus bandwidth say what each collective costs on the link at hand.
@@ -484,6 +588,10 @@ grading.check("09.row_parallel", row_parallel_forward)
 # - M. Shoeybi et al., *Megatron-LM: Training Multi-Billion Parameter Language Models Using Model
 #   Parallelism* (2019); D. Narayanan et al., *Efficient Large-Scale Language Model Training on GPU
 #   Clusters Using Megatron-LM* (SC 2021), for 1F1B and interleaving.
+# - S. Rajbhandari et al., *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*
+#   (SC 2020); V. Korthikanti et al., *Reducing Activation Recomputation in Large Transformer
+#   Models* (MLSys 2023), for sequence parallelism.
+# - NVIDIA NCCL, `src/graph/tuning.cc`: the latency model (base + steps x per-hop latency).
 # - Y. Huang et al., *GPipe: Efficient Training of Giant Neural Networks using Pipeline Parallelism*
 #   (NeurIPS 2019).
 # - S. Li et al., *PyTorch Distributed: Experiences on Accelerating Data Parallel Training* (VLDB 2020).
