@@ -14,6 +14,9 @@ a learner flipping between cells waits for a capture only the first time.
 """
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 from functools import lru_cache
 
 import torch
@@ -57,6 +60,19 @@ TRAPS = {
 }
 
 
+@contextlib.contextmanager
+def _quiet_torch_logs():
+    """export's refusal also logs the partial graph at WARNING; the gallery shows the error instead."""
+    log = logging.getLogger("torch")
+    old = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):     # and the graph dump it writes to stderr
+            yield
+    finally:
+        log.setLevel(old)
+
+
 @lru_cache(maxsize=None)
 def gallery_cell(trap: str, method: str, ir_lines: int = 14) -> dict:
     """Capture `trap` with `method`, run both on the probe; the verdict and what was captured."""
@@ -70,7 +86,8 @@ def gallery_cell(trap: str, method: str, ir_lines: int = 14) -> dict:
     SCALE = 2.0
     out = {"trap": trap, "method": method, "note": note}
     try:
-        cap = capture(method, module, (example(),), ({0: Dim("batch")},) if method == "export" else None)
+        with _quiet_torch_logs():
+            cap = capture(method, module, (example(),), ({0: Dim("batch")},) if method == "export" else None)
     except Exception as err:  # noqa: BLE001 - a refusal is the finding
         return {**out, "status": "refused", "detail": first_line(err, 240), "ir": ""}
     out["ir"] = ir_text(cap, lines=ir_lines)

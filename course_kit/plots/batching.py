@@ -103,7 +103,7 @@ def live_figure(run: dict) -> go.Figure:
     TPOT against its arrival (bottom), both in seconds on one time axis."""
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.62, 0.38], vertical_spacing=0.1,
                         subplot_titles=(f"{run['policy']}: requests over {run['slots']} slots",
-                                        "per request, at its arrival: TTFT and TPOT (ms)"))
+                                        "per request, at its arrival: TTFT and TPOT"))
     rows = run["intervals"]
     for phase, opacity in (("prefill", 0.4), ("decode", 1.0)):
         sel = [r for r in rows if r["phase"] == phase]
@@ -120,7 +120,7 @@ def live_figure(run: dict) -> go.Figure:
                                  hovertemplate=f"request %{{customdata}}<br>{name} %{{y:.1f}} ms<extra></extra>"),
                       row=2, col=1)
     fig.update_yaxes(title_text="slot", autorange="reversed", dtick=1, row=1, col=1)
-    fig.update_yaxes(title_text="ms", rangemode="tozero", row=2, col=1)
+    fig.update_yaxes(title_text="ms (log scale)", type="log", row=2, col=1)   # TPOT is ms, TTFT can be 100x
     fig.update_xaxes(title_text="time since the first arrival (s)", row=2, col=1)
     fig.update_layout(barmode="overlay", height=560, bargap=0.15, margin=dict(t=50, b=40, l=10, r=10),
                       legend=dict(orientation="h", y=-0.12))

@@ -88,20 +88,22 @@ def pitfalls_table(pitfalls: list[dict]) -> go.Figure:
 
 def buckets_figure(cost: dict, source: str = "") -> go.Figure:
     """Notebook 05's bucket widget: per step, real and padding rows (the trace), and the trace's
-    total time stepped eagerly against replayed from the chosen buckets."""
+    total time stepped eagerly against replayed from the chosen buckets (step times from `source`)."""
     from plotly.subplots import make_subplots
     steps = cost["steps"]
     xs = list(range(len(steps)))
     fig = make_subplots(rows=1, cols=2, column_widths=[0.72, 0.28], horizontal_spacing=0.1,
                         subplot_titles=(f"rows per decode step (buckets {cost['sizes']})",
-                                        f"time for the trace (ms){', ' + source if source else ''}"))
+                                        "time for the trace (ms)"))
     fig.add_bar(x=xs, y=[s["batch"] for s in steps], name="real rows", marker_color="#1f77b4", row=1, col=1)
     fig.add_bar(x=xs, y=[s["padding"] for s in steps], name="padding rows", marker_color="#ff7f0e", row=1, col=1)
     fig.add_bar(x=["eager", "replay"], y=[cost["eager_ms"], cost["replay_ms"]], marker_color=["#7f7f7f", "#2ca02c"],
                 text=[f"{cost['eager_ms']:,.0f}", f"{cost['replay_ms']:,.0f}"], textposition="outside",
                 showlegend=False, row=1, col=2)
     fig.update_layout(barmode="stack", height=380, bargap=0.05, margin=dict(t=50, b=40, l=10, r=10),
-                      legend=dict(orientation="h", y=-0.15))
+                      legend=dict(orientation="h", y=-0.15),
+                      title=dict(text=f"step times: {source}" if source else "", font=dict(size=12), x=0.99,
+                                 xanchor="right", y=0.02, yanchor="bottom"))
     fig.update_xaxes(title_text="decode step", row=1, col=1)
     fig.update_yaxes(title_text="rows", row=1, col=1)
     fig.update_yaxes(range=[0, 1.2 * max(cost["eager_ms"], cost["replay_ms"], 1e-9)], row=1, col=2)

@@ -122,6 +122,7 @@ def overlap_figure(run: Mapping, device_lane: str = "device") -> go.Figure:
     idle = {lane: tl.idle_fraction(lane) for lane in lanes}
     fig = gantt(tl, title=(f"{run.get('mode', '')}: wall {run['wall_s'] * 1e3:.1f} ms; idle "
                            + ", ".join(f"{lane} {v:.0%}" for lane, v in idle.items())), lanes=lanes)
+    fig.update_traces(textposition="none")      # many short spans: names on hover only, no piled-up labels
     fig.update_yaxes(ticktext=[f"{lane} (idle {idle[lane]:.0%})" for lane in lanes], tickvals=lanes)
     fig.update_layout(height=280, margin=dict(t=50, b=40, l=10, r=10))
     return fig

@@ -167,6 +167,9 @@ def decode_loop(mode: str = "sync", batch: int = 8, steps: int = 32, hidden: int
         model.carry = None
         rec = EventRecorder(enabled_gpu=False)
         with HostDevice(rec) as dev:
+            # warm the worker thread too (its first torch op pays thread-local set-up), unrecorded
+            dev._pool.submit(model.step, torch.tensor(prompt_last), torch.tensor(lengths)).result()
+            model.carry = None
             if mode == "sync":
                 last = prompt_last
                 for step in range(steps):

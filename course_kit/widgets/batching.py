@@ -50,8 +50,8 @@ class LiveEngine:
         self.slots = W.IntSlider(value=slots, min=1, max=max(16, slots), description="slots", style=style)
         self.chunk = W.IntSlider(value=chunk, min=8, max=max(256, chunk), step=8, description="prefill chunk",
                                  style=style)
-        self.rate = W.FloatLogSlider(value=rate, base=10, min=0, max=3, step=0.05, description="requests/s",
-                                     readout_format=".3g", style=style)
+        rates = sorted({1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, rate})
+        self.rate = W.SelectionSlider(options=rates, value=rate, description="requests/s", style=style)
         self.button = W.Button(description="Run", button_style="primary", icon="play")
         self.progress = W.FloatProgress(value=0.0, min=0.0, max=1.0, description="", layout=W.Layout(width="240px"))
         self.readout = W.HTML()
