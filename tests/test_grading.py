@@ -83,8 +83,8 @@ def graded(course):
         "import course_kit.grading.checks.nb99 as nb99\n"
         "course_kit.grading.check = lambda *a, **k: print('✅ passed')\n"
         "course_kit.grading.expect = lambda *a, **k: None\n"
-        "course_kit.grading._CHECKERS.clear()\n"
-        "nb99.check_add_hidden = lambda *a: None\n"
+        "course_kit.grading._SPECS.clear()\n"
+        "nb99.check_add = lambda *a: None\n"
         "grading = course_kit.grading\n"
         "def add(a, b):\n    return 0"
     )
@@ -177,12 +177,10 @@ def test_memory_limit_turns_a_huge_allocation_into_an_error(graded):
 
 
 def test_monkeypatched_check_and_edited_check_cells_still_fail(graded):
-    status, points, message = _status(graded, "monkey", "99.add")
-    assert (status, points) == ("failed", 0)
-    assert "add(2, 3): found 0" in message and "expected" not in message
-    # the square check cell says `from course_kit import grading`: it too gets the private copy
-    status, points, message = _status(graded, "monkey", "99.square")
-    assert (status, points) == ("failed", 0) and "the length is wrong: found 1" in message
+    # check() replaced in the kernel: it records no answer, and the verdict is made elsewhere anyway
+    for ex in ("99.add", "99.square"):
+        status, points, message = _status(graded, "monkey", ex)
+        assert (status, points) == ("error", 0) and "recorded no answer" in message, message
 
 
 def test_thirty_submissions_two_workers_every_row_present(tmp_path):
@@ -220,6 +218,14 @@ def test_limits_are_validated():
         grade.grade(".", "x.csv", ".", workers=0)
 
 
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return any(line.startswith("State:") and line.split()[1] in ("Z", "X") for line in f)
+    except OSError:
+        return True
+
+
 def _proc_uids() -> list[tuple[int, int]]:
     found = []
     for entry in os.listdir("/proc"):
@@ -252,5 +258,9 @@ def test_total_timeout_stops_the_run_and_leaves_no_process(tmp_path):
     assert "total timeout of 12 s" in rows[0].message
     if sandbox.mode().kind == "bwrap-uid":
         uids = range(sandbox.UID_BASE, sandbox.UID_BASE + 100_000_000)
-        leftover = [pid for pid, uid in _proc_uids() if uid in uids]
+        for _ in range(50):   # killed processes may take a moment to be reaped
+            leftover = [pid for pid, uid in _proc_uids() if uid in uids and not _zombie(pid)]
+            if not leftover:
+                break
+            time.sleep(0.1)
         assert not leftover, f"processes left running as sandbox uids: {leftover}"

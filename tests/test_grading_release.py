@@ -8,7 +8,8 @@ import nbformat
 import pytest
 
 from course_kit import grading
-from course_kit.grading import cells, cli, release
+from course_kit.grading import cells, release
+from course_kit.grading.instructor import cli
 
 from grading_fixtures import NAME, instructor_notebook, write_course
 
@@ -77,7 +78,7 @@ def test_exercise_metadata_is_validated():
 def test_check_gives_friendly_messages(capsys):
     grading.check("99.add", lambda a, b: a + b)
     assert "passed" in capsys.readouterr().out
-    with pytest.raises(AssertionError, match=r"add\(2, 3\): expected 5, found -1"):
+    with pytest.raises(grading.CheckFailed, match=r"add\(2, 3\): found -1$"):
         grading.check("99.add", lambda a, b: a - b)
     with pytest.raises(ValueError, match="unknown exercise '99.nope'"):
         grading.check("99.nope", 1)
@@ -90,35 +91,40 @@ def test_keep_solutions_gives_a_solved_student_copy():
     assert "99.add_hidden" not in text
 
 
-def test_assemble_matches_by_id_uses_the_last_copy_and_drops_student_checks():
-    from course_kit.grading import assemble
+def test_assemble_matches_by_id_drops_student_checks_and_refuses_duplicates():
+    from course_kit.grading.instructor import assemble, submissions
     instructor = instructor_notebook()
     student, exercises = release.release_notebook(instructor)
-    copy = nbformat.from_dict(json.loads(json.dumps(student.cells[3])))  # the add solution, duplicated
-    copy.source = "def add(a, b):\n    return a + b"
-    student.cells.append(copy)
     student.cells[4].source = "pass  # the student emptied the visible check"
-    plan = assemble.assemble(student, exercises)
-    code = [c for c in plan.notebook.cells if c.cell_type == "code"]
-    assert "pass  # the student emptied" not in json.dumps(plan.notebook)
-    add_solution = [i for i, (ex, role) in plan.roles.items() if (ex, role) == ("99.add", "solution")]
-    assert len(add_solution) == 1 and code[add_solution[0]].source == copy.source
-    injected = [i for i, (ex, role) in plan.roles.items() if ex == "99.add" and role != "solution"]
-    assert injected == [add_solution[0] + 1, add_solution[0] + 2]
-    assert all(plan.tokens[i] in code[i].source for i in injected)
-    assert plan.missing == set()
+    nb = submissions.parse(nbformat.writes(student).encode(), NAME)
+    plan = assemble.assemble(nb, exercises)
+    assert all("pass  # the student emptied" not in s.code for s in plan.steps)
+    roles = [(s.exercise, s.role) for s in plan.steps if s.exercise == "99.add"]
+    assert roles == [("99.add", "solution"), ("99.add", "check"), ("99.add", "hidden")]
+    assert plan.checks == {"99.add": ["99.add", "99.add_hidden"], "99.square": ["99.square", "99.square_hidden"]}
+    copy = nbformat.from_dict(json.loads(json.dumps(student.cells[3])))  # the add solution, duplicated
+    copy.id = "copy"
+    student.cells.append(copy)
+    plan = assemble.assemble(submissions.parse(nbformat.writes(student).encode(), NAME), exercises)
+    assert plan.duplicated == {"99.add"} and "99.add" not in plan.checks and plan.missing == set()
 
 
-def test_world_readable(tmp_path):
+def test_check_cells_may_only_call_check():
+    assert cells.check_ids('from course_kit import grading\ngrading.check("01.a", x)\ncheck("01.b", y)') == \
+        ["01.a", "01.b"]
+    for bad in ("assert x == 1", "grading.check(name, x)", "print('ok')", "", "grading.check('1.x', y)"):
+        with pytest.raises(ValueError):
+            cells.check_ids(bad)
+
+
+def test_traversable(tmp_path):
     import os
 
-    from course_kit.grading import sandbox
+    from course_kit.grading.instructor import sandbox
     private = tmp_path / "private"
-    private.mkdir(mode=0o700)
-    (private / "f").write_text("x")
-    os.chmod(private / "f", 0o644)
-    assert not sandbox.world_readable(str(private / "f"))
-    os.chmod(private, 0o755)
-    os.chmod(tmp_path, 0o755)
-    readable = all(os.stat(p).st_mode & 0o001 for p in list((private / "f").parents)[:-1])
-    assert sandbox.world_readable(str(private / "f")) == readable
+    (private / "inner").mkdir(parents=True)
+    os.chmod(private, 0o700)
+    assert not sandbox.traversable(str(private / "inner"))
+    os.chmod(private, 0o711)
+    assert sandbox.traversable(str(private / "inner")) == all(
+        os.stat(p).st_mode & 0o001 for p in list((private / "inner").parents)[:-1])

@@ -71,12 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--out", required=True)
     v.add_argument("--hidden", default=None)
     args = parser.parse_args(argv)
-    import torch
-    torch.set_num_threads(1)
     if args.hidden:
         registry.load_hidden(Path(args.hidden))
-    registry.load_public()
     if args.command == "prepare":
+        for exercise_id in args.ids:   # public checker modules load by notebook number, on demand
+            try:
+                registry.get(exercise_id)
+            except ValueError:
+                pass
         unknown = [i for i in args.ids if i not in registry.SPECS]
         if unknown:
             print(f"unknown exercise ids in the instructor's check cells: {unknown}", file=sys.stderr)

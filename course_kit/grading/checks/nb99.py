@@ -2,8 +2,6 @@
 tests/test_hostile*.py, and a small example for instructors writing checks."""
 from __future__ import annotations
 
-import torch
-
 from course_kit import grading
 from course_kit.grading.checks import feedback
 
@@ -28,6 +26,7 @@ def check_square(squares) -> None:
 
 
 def _half_cases() -> list[tuple]:
+    import torch
     g = torch.Generator().manual_seed(99)
     return [(torch.randn(3, 4, generator=g),), (torch.arange(6, dtype=torch.float32).reshape(2, 3),)]
 

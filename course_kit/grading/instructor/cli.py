@@ -1,9 +1,9 @@
 """`course-kit release` and `course-kit grade`. The main CLI calls `register(subparsers)`.
 
-    course-kit release [--source notebooks] [--out release]
+    course-kit release [--source build/solved] [--out release]
     course-kit grade SUBMISSIONS_DIR --out gradebook.csv [--workers N] [--timeout S]
                      [--total-timeout S] [--memory-gb G] [--max-bytes B] [--feedback short|full]
-                     [--source notebooks] [--hidden instructor/hidden_checks] [--trusted]
+                     [--source build/solved] [--hidden instructor/hidden_checks] [--trusted]
 """
 from __future__ import annotations
 
@@ -11,12 +11,26 @@ import argparse
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[3]
-DEFAULT_SOURCE = PROJECT / "notebooks"
+# The instructor's tree: the solved build (solutions and hidden check cells), generated from
+# notebooks/src; notebooks/ holds the learner's build.
+DEFAULT_SOURCE = PROJECT / "build" / "solved"
+
+
+def _source(text: str) -> Path:
+    """The instructor notebooks; the default solved build is generated when it is missing."""
+    path = Path(text)
+    if path == DEFAULT_SOURCE and not path.is_dir():
+        import subprocess
+        import sys
+        print(f"building the solved notebooks into {path} (python -m course_kit.nbbuild --solved {path})")
+        subprocess.run([sys.executable, "-m", "course_kit.nbbuild", "--solved", str(path)], check=True,
+                       cwd=PROJECT)
+    return path
 
 
 def release_main(args: argparse.Namespace) -> int:
     from .release import release
-    manifest = release(Path(args.source), Path(args.out))
+    manifest = release(_source(args.source), Path(args.out))
     for nb in manifest["notebooks"]:
         ids = ", ".join(f"{e['id']} ({e['points']:g})" for e in nb["exercises"]) or "no exercises"
         print(f"{nb['notebook']}: {ids}")
@@ -31,7 +45,7 @@ def grade_main(args: argparse.Namespace) -> int:
     limits = Limits(cell_timeout=args.timeout, total_timeout=args.total_timeout,
                     memory_bytes=int(args.memory_gb * (1 << 30)), threads=args.threads)
     try:
-        grade(Path(args.submissions), Path(args.out), Path(args.source), workers=args.workers, limits=limits,
+        grade(Path(args.submissions), Path(args.out), _source(args.source), workers=args.workers, limits=limits,
               hidden=Path(args.hidden) if args.hidden else None, feedback_level=args.feedback,
               max_bytes=args.max_bytes, trusted=args.trusted)
     except NoSandbox as exc:
@@ -42,7 +56,7 @@ def grade_main(args: argparse.Namespace) -> int:
 
 def add_release_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("release", help="write the student notebooks (solutions stubbed, hidden checks removed)")
-    p.add_argument("--source", default=str(DEFAULT_SOURCE), help="instructor notebooks (default: %(default)s)")
+    p.add_argument("--source", default=str(DEFAULT_SOURCE), help="instructor notebooks, solved (default: %(default)s, built if missing)")
     p.add_argument("--out", default="release", help="output folder (default: %(default)s)")
     p.set_defaults(func=release_main)
     return p
@@ -73,7 +87,7 @@ def add_grade_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--feedback", choices=("short", "full"), default="short",
                    help="short: what is wrong and on which input; full: also the expected values")
     p.add_argument("--source", default=str(DEFAULT_SOURCE),
-                   help="instructor notebooks with solutions and check cells (default: %(default)s)")
+                   help="instructor notebooks with solutions and check cells (default: %(default)s, built if missing)")
     p.add_argument("--hidden", default=None,
                    help="folder of hidden checkers (default: instructor/hidden_checks of the checkout)")
     p.add_argument("--trusted", action="store_true",

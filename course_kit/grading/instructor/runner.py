@@ -222,8 +222,12 @@ def execute(plan: Plan, files: dict[str, str], ctx: Context, job: Path, uid: int
                               str(reply.get("evalue", ""))[:300])
     finally:
         try:
-            proc.stdin.close()
+            proc.stdin.close()   # the driver exits on end of input; bubblewrap then exits cleanly
         except OSError:
+            pass
+        try:
+            proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
             pass
         sandbox.kill_group(proc.pid)
         if group is not None:
