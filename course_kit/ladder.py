@@ -108,3 +108,15 @@ def live_run(enabled: Sequence[str], n_requests: int = 6, seed: int = 0,
         if progress:
             progress(i, total)
     return out
+
+
+def explain_summary(summary: Mapping[str, Any], where: str) -> str:
+    """The capstone record's headline: the full engine against each HF peer that ran, worded from
+    the ratios."""
+    thr = summary["throughput_tok_s"]
+    full = summary["full_engine"]
+    text = f"On {where}, the full engine ({full}) ran at **{thr[full]:,.0f} tokens/s**"
+    peers = [n for n in ("HF generate", "HF generate_batch") if n in thr]
+    if peers:
+        text += ": " + " and ".join(f"**{rate(thr[full], thr[n])}** {n}" for n in peers)
+    return text + "."
