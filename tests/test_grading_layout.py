@@ -1,0 +1,70 @@
+"""The grading package's split (issue 21 item 6) and what learners install (issue 18 item 4).
+
+Checkers (course_kit/grading/checks/) may use lesson code as an oracle; the instructor's tools
+(course_kit/grading/instructor/: release, grade, sandbox, runner) never import lessons, checkers or
+torch; hidden checkers and solutions are not in the package at all.
+"""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+INSTRUCTOR = PROJECT / "course_kit" / "grading" / "instructor"
+
+
+def _imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            found.add("." * node.level + (node.module or ""))
+    return found
+
+
+def test_instructor_tools_import_no_lesson_and_no_checker():
+    for path in INSTRUCTOR.glob("*.py"):
+        for name in _imports(path):
+            if name.startswith("course_kit"):
+                assert name in ("course_kit", "course_kit.grading.instructor") or \
+                    name.startswith("course_kit.grading.instructor."), f"{path.name} imports {name}"
+            assert not name.startswith(".."), f"{path.name} imports {name} from outside instructor/"
+
+
+def test_importing_the_tools_loads_no_lesson_module_and_no_torch():
+    code = ("import sys\nimport course_kit.grading.instructor.grade, course_kit.grading.instructor.cli\n"
+            "import course_kit.grading.release, course_kit.grading.cells\n"
+            "bad = [m for m in sys.modules if m == 'torch' or (m.startswith('course_kit.') and not "
+            "m.startswith(('course_kit.grading.instructor', 'course_kit.grading.release', "
+            "'course_kit.grading.cells')) and m != 'course_kit.grading')]\n"
+            "print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = eval(out)  # a printed list of module names
+    # course_kit.grading's __init__ (the learner API) is light: feedback and registry only
+    assert set(loaded) <= {"course_kit.grading.checks", "course_kit.grading.checks.feedback",
+                           "course_kit.grading.checks.registry"}, loaded
+
+
+def test_hidden_checks_and_solutions_are_not_in_the_package():
+    hidden = PROJECT / "instructor" / "hidden_checks"
+    ids = set()
+    for path in hidden.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "exercise":
+                ids.add(node.args[0].value)
+    assert ids, "the example hidden checks are gone"
+    assert not (PROJECT / "instructor" / "__init__.py").exists()
+    pyproject = (PROJECT / "pyproject.toml").read_text()
+    assert 'include = ["course_kit*"]' in pyproject
+    for path in (PROJECT / "course_kit").rglob("*"):
+        if path.suffix == ".ipynb":
+            raise AssertionError(f"a notebook inside the package: {path}")
+        if path.suffix == ".py":
+            text = path.read_text()
+            leaked = [i for i in ids if i in text]
+            assert not leaked, f"{path} names hidden checks {leaked}"
+            if path.parent.name == "checks":
+                assert "### BEGIN SOLUTION" not in text
