@@ -81,3 +81,26 @@ def test_h200_capacity_is_the_one_the_reference_notebooks_printed():
     for nb in ROOT.glob("h200*/notebooks/*.ipynb"):
         seen |= {float(x) for x in re.findall(r"gpu memory \(GiB\)\s+([0-9.]+)", nb.read_text())}
     assert seen == {T.H200_GIB}
+
+
+def test_speedup_sentences_follow_the_record_both_ways():
+    text = T.explain_speedups(REC)
+    assert "1.99x faster than** one GPU" in text and "about as fast as" in text
+    slow = json.loads(json.dumps(REC))
+    slow["summary"]["mlp_speedup_tp2"] = 0.8
+    for r in slow["results"]:
+        if r["name"] == "decode" and r["tp"] == 2:
+            r["speedup"], r["fp32_tokens_identical"] = 0.5, False
+    text = T.explain_speedups(slow)
+    assert "1.25x slower than** one GPU" in text and "2.00x slower than" in text and "differ from" in text
+    with pytest.raises(ValueError, match="TP=2"):
+        T.explain_speedups({"summary": {}, "results": []})
+
+
+def test_tradeoff_lines_fit_or_not_and_faster_or_slower():
+    fast_link = T.tradeoff("70b", COSTS, seq=8192)
+    lines = T.explain_tradeoff(fast_link, 80 * 2**30)
+    assert "does not fit" in lines[0] and "fits (" in lines[3] and "faster than TP=1" in lines[3]
+    slow_link = replace(COSTS, ring_base_s=5e-3)          # 5 ms per all-reduce: TP cannot pay
+    lines = T.explain_tradeoff(T.tradeoff("1b", slow_link, seq=1024), 80 * 2**30)
+    assert "slower than TP=1" in lines[3] and "GiB" in lines[0]

@@ -95,3 +95,12 @@ def test_ep_and_cp_sentences_both_ways():
     assert "unequal" in explain.explain_causal_blocks([1, 2]) and "equal work" in explain.explain_causal_blocks([2, 2])
     with pytest.raises(ValueError):
         explain.explain_load([])
+
+
+def test_capstone_headline_both_ways():
+    up = {"throughput_tok_s": {"engine: + async loop": 300.0, "HF generate": 100.0}, "full_engine": "engine: + async loop"}
+    down = {"throughput_tok_s": {"engine: + async loop": 50.0, "HF generate": 100.0,
+                                 "HF generate_batch": 49.0}, "full_engine": "engine: + async loop"}
+    assert "3.00x faster than** HF generate" in ladder.explain_summary(up, "x")
+    text = ladder.explain_summary(down, "x")
+    assert "2.00x slower than** HF generate" in text and "about as fast as" in text
