@@ -279,12 +279,13 @@ times = {"naive": naive_rows[-1]["ms"] / 1e3, "tiled (PyTorch)": tiled_s}
 # what each count leaves out (read from the code, not measured): named as "not counted", never as a cause
 UNCOUNTED = {"naive": "naive.py's extra passes over S x S (the scale, the mask, float32 copies for the softmax)",
              "tiled (PyTorch)": "each PyTorch op of the loop writes its tile to memory and is one more launch"}
+io_lines = ["- " + explain.explain_io_row(name, io_complexity.hbm_bytes(acc, BATCH * HEADS, elem), times[name],
+                                       flops, copy_gbs, mm_tflops, UNCOUNTED[name]) for name, acc in live_io.items()]
+if DEVICE != "cuda":
+    io_lines.append("- **triton**: " + ("under the interpreter its time measures Python, not memory; see the H200 below."
+                                        if ok_triton else f"not run ({why_triton})."))
 md(f"This machine, S = {N}, {str(DTYPE).replace('torch.', '')}: copy **{copy_gbs:,.0f} GB/s**, matmul "
-   f"**{mm_tflops:.3g} TFLOP/s**, measured just now (10th-percentile times).\n\n" + "\n".join(
-       "- " + explain.explain_io_row(name, io_complexity.hbm_bytes(acc, BATCH * HEADS, elem), times[name], flops,
-                                     copy_gbs, mm_tflops, UNCOUNTED[name]) for name, acc in live_io.items())
-   + ("" if DEVICE == "cuda" else "\n- **triton**: " + ("under the interpreter its time measures Python, not memory; "
-                                                       "see the H200 below." if ok_triton else f"not run ({why_triton})."))))
+   f"**{mm_tflops:.3g} TFLOP/s**, measured just now (10th-percentile times).\n\n" + "\n".join(io_lines))
 
 # %%
 ref = notebook.record("attention")
