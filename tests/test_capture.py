@@ -91,9 +91,8 @@ class _CondSolution(torch.nn.Module):
 
 
 def test_exercise_check_accepts_cond_and_rejects_the_original_and_a_wrong_answer():
-    grading.check("04.exportable", _CondSolution)
-    grading.check("04.exportable_hidden", _CondSolution())
-    with pytest.raises(AssertionError, match="expected it to export"):
+    grading.check("04.exportable", _CondSolution)     # the hidden check lives in instructor/hidden_checks
+    with pytest.raises(AssertionError, match="export.* fails"):
         grading.check("04.exportable", capture.ClipOrScale)
 
     class AlwaysDouble(torch.nn.Module):
