@@ -1,6 +1,7 @@
 """Figures of notebook 08: online softmax, causal tiles, time and memory against S, the roofline."""
 from __future__ import annotations
 
+import math
 from typing import Iterable, Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -149,16 +150,21 @@ def attention_roofline(rows: Iterable[Mapping], shape: Mapping, roofline_record:
         summary = roofline_record["summary"]
         kept = dtype if dtype in summary.get("matmul_tflops", {}) else None
         if kept:
-            # only this dtype's ceilings: four dtypes' ridge labels fall on top of each other
-            ridge = summary["matmul_tflops"][kept] * 1e3 / summary["copy_gbs"]
-            fig.data = [t for t in fig.data if not t.name.endswith(("(measured)", "(spec)"))
-                        or t.name.startswith(kept + " ")]
-            fig.layout.annotations = [a for a in fig.layout.annotations if a.text == f"ridge {ridge:.0f} FLOP/B"]
+            # only this dtype's ceilings (the kernels' dtype): four dtypes' roofs crowd the figure
+            others = tuple(f"{d} " for d in summary["matmul_tflops"] if d != kept)
+            fig.data = [t for t in fig.data if not (t.name or "").startswith(others)]
+            ridge = f"{summary['matmul_tflops'][kept] * 1e3 / summary['copy_gbs']:.0f}"
+            fig.layout.annotations = [a for a in fig.layout.annotations
+                                      if "ridge" not in (a.text or "") or ridge in a.text]
     elif peaks is not None and peaks.bf16:
         fig = roofline_figure(peaks.hbm_gbs, {"bf16 (datasheet)": peaks.bf16}, points, title=title)
     else:
         return None
     fig.update_xaxes(range=[0, 4])          # 1 to 10,000 FLOP/byte: where attention's kernels sit
+    tops = [max(t.y) for t in fig.data if t.y is not None and len(t.y) > 1]
+    lows = [p["tflops"] for p in points if p.get("tflops")]
+    if tops and lows:                       # from a third of the slowest kernel to above the roof
+        fig.update_yaxes(range=[math.log10(min(lows) / 3), math.log10(max(tops) * 2)])
     return _legend_not_labels(fig, {p["name"] for p in points})
 
 
@@ -175,5 +181,7 @@ def _legend_not_labels(fig: go.Figure, names: set[str]) -> go.Figure:
             trace.marker.symbol = symbols[k % len(symbols)]
             trace.hovertemplate = f"{trace.name}: %{{x:.3g}} FLOP/B, %{{y:.3g}} TFLOP/s<extra></extra>"
             k += 1
-    fig.update_layout(legend=dict(x=1.02, y=1, xanchor="left"), margin=dict(r=10))
+    # below the plot, in rows: long roof names ("bf16 (measured), ridge 188 FLOP/B") are never cut
+    fig.update_layout(legend=dict(orientation="h", x=0, y=-0.2, yanchor="top"), height=560,
+                      margin=dict(r=20, b=40))
     return fig
