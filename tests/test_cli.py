@@ -47,3 +47,18 @@ def test_bench_writes_a_stamped_record(tmp_path):
 
 def test_record_rejects_unknown_notebook(capsys, tmp_path):
     assert cli.main(["record", "99", "--out", str(tmp_path)]) == 2
+
+
+def test_record_accepts_only_the_exercise_stubs_errors(tmp_path):
+    """An executed learner build: its stubs raise in cells tagged raises-exception; any other error is a failure."""
+    import json
+    from course_kit.cli import unexpected_errors
+    err = {"output_type": "error", "ename": "NotImplementedError", "evalue": "Exercise 00.x", "traceback": []}
+    cells = [{"cell_type": "code", "metadata": {"tags": ["raises-exception"]}, "outputs": [err]},
+             {"cell_type": "code", "metadata": {}, "outputs": [{"output_type": "stream", "text": "ok"}]}]
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps({"cells": cells}))
+    assert unexpected_errors(path) == []
+    cells.append({"cell_type": "code", "metadata": {}, "outputs": [dict(err, ename="RuntimeError")]})
+    path.write_text(json.dumps({"cells": cells}))
+    assert unexpected_errors(path) == [2]
