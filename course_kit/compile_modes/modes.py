@@ -97,12 +97,23 @@ def _sync(device: str | torch.device) -> None:
 
 
 def measure_mode(fn: Callable, inputs: Sequence[tuple], mode: str, *, warmup: int = 3, repeat: int = 20,
-                 device: str | torch.device = "cpu", reset: bool = True, **compile_kwargs: Any) -> ModeResult:
+                 device: str | torch.device = "cpu", reset: bool = True, static_inputs: bool = False,
+                 **compile_kwargs: Any) -> ModeResult:
     """Compile `fn` in `mode`, time its first call on inputs[0], then time steady state with
-    `bench.timeit` rotating through `inputs` (argument tuples)."""
+    `bench.timeit` rotating through `inputs` (argument tuples).
+
+    `static_inputs`: run on copies of the inputs marked with `torch._dynamo.mark_static_address`, so
+    that a CUDA graph (reduce-overhead) reads them where they are instead of copying them into its own
+    buffers before each replay (notebook 03 measures what that copy costs)."""
     check_mode(mode)
     if reset:
         torch._dynamo.reset()  # forget graphs compiled for other modes
+    if static_inputs:
+        inputs = [tuple(a.clone() if torch.is_tensor(a) else a for a in args) for args in inputs]
+        for args in inputs:
+            for a in args:
+                if torch.is_tensor(a):
+                    torch._dynamo.mark_static_address(a)
     f = compile_with_mode(fn, mode, **compile_kwargs)
     _sync(device)
     t0 = time.perf_counter()
@@ -110,7 +121,7 @@ def measure_mode(fn: Callable, inputs: Sequence[tuple], mode: str, *, warmup: in
     _sync(device)
     first = time.perf_counter() - t0
     steady = bench.timeit(f, warmup=warmup, repeat=repeat, inputs=list(inputs), device=device)
-    return ModeResult(mode, first, steady)
+    return ModeResult(mode, first, steady, extra={"static_inputs": True} if static_inputs else {})
 
 
 def measure_modes(fn: Callable, inputs: Sequence[tuple], modes: Sequence[str] = MODES, *,

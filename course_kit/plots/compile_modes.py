@@ -54,3 +54,27 @@ def recompiles(results: Sequence[dict], title: str = "Compilations as the input 
                            text=[str(r["compiled_on_call"]) for r in results], textposition="outside"))
     fig.update_layout(title=title, xaxis_title="dynamic-shape choice", yaxis_title="compilations", height=360)
     return fig
+
+
+def breakeven_figure(eager: dict, row: dict, calls: int, break_even: float, title: str | None = None) -> go.Figure:
+    """Total time of N calls (compile included) for eager and one compiled mode, on log axes; the
+    break-even point (where the lines cross) and the chosen N are marked."""
+    import math
+
+    import numpy as np
+    hi = max(10 * calls, 10 * break_even if math.isfinite(break_even) else 0, 100)
+    ns = np.logspace(0, math.log10(hi), 120)
+    comp = 0.0 if row["mode"] == "eager" else (row.get("compile_s") or 0.0)
+    fig = go.Figure()
+    fig.add_scatter(x=ns, y=ns * eager["steady_s"], mode="lines", name="eager", line=dict(color="#636efa"))
+    fig.add_scatter(x=ns, y=comp + ns * row["steady_s"], mode="lines", name=f"{row['mode']} (compile included)",
+                    line=dict(color="#ef553b"))
+    if math.isfinite(break_even) and break_even >= 1:
+        fig.add_scatter(x=[break_even], y=[break_even * eager["steady_s"]], mode="markers",
+                        name=f"break-even: {break_even:,.0f} calls", marker=dict(size=12, symbol="star", color="black"))
+    fig.add_vline(x=calls, line_dash="dot", line_color="grey")
+    fig.update_layout(title=title or f"{row['mode']} against eager: total time of N calls",
+                      xaxis_title="number of calls N", yaxis_title="total seconds (compile + N calls)",
+                      xaxis_type="log", yaxis_type="log", height=400, legend=dict(orientation="h", y=-0.25),
+                      margin=dict(b=110))
+    return fig

@@ -44,8 +44,9 @@ import time
 import torch
 
 from course_kit import compile_modes as cm
-from course_kit import notebook
-from course_kit.compile_modes import graphs
+from course_kit import notebook, widgets
+from course_kit.compile_modes import breakeven, graphs
+from course_kit.widgets.compile_modes import BreakEven
 from course_kit.notebook import md, show_source
 from course_kit.plots import compile_modes as cplots
 
@@ -64,7 +65,7 @@ print(f"bias + GELU + residual on {ROWS} x {COLS} fp32 tensors, on {DEVICE}; mod
 # |---|---|---|
 # | `eager` | nothing: one kernel per op, launched from Python | the reference |
 # | `default` | Dynamo graph capture + Inductor fusion | memory-bound chains of ops |
-# | `reduce-overhead` | + CUDA graphs: a whole step is one launch | small, launch-bound steps (decode) |
+# | `reduce-overhead` | + CUDA graphs: a whole step is one launch; inputs not at fixed addresses are copied into the graph's buffers first | small, launch-bound steps (decode) with static buffers |
 # | `max-autotune` | + matmul autotuning (Triton templates vs cuBLAS) + CUDA graphs | matmul-heavy steps, long runs |
 # | `max-autotune-no-cudagraphs` | the autotuning only | training steps with dynamic parts |
 #
@@ -114,25 +115,24 @@ md(f"Inductor generated **{len(summary['kernels'])} {summary['language']} kernel
 # %% [markdown]
 # ## 3. Compile time against steady state
 #
-# A chain this small is memory-bound, so the fused kernel should approach the traffic ratio above;
-# on a CPU at small sizes the gain is smaller, as the eager kernels already hit the cache. Each mode
-# starts from a reset Dynamo; a compile whose graph Inductor has already cached on disk is faster.
+# A chain like this is memory-bound, so the most fusion can give is the traffic ratio above; at small
+# sizes the eager kernels may find their data in cache, and the gain shrinks. Each mode starts from a
+# reset Dynamo; a compile whose graph Inductor has already cached on disk is faster. On a GPU,
+# `reduce-overhead` also runs once with its inputs marked as static addresses, which shows what
+# copying them into the CUDA graph's buffers costs.
 
 # %%
 res = cm.measure_modes(cm.bias_gelu_residual, [(x, bias, residual)], CHAIN_MODES, device=DEVICE, repeat=REPEAT)
-rows = [r.as_dict() for r in res.values()]
+if "reduce-overhead" in CHAIN_MODES:
+    res["reduce-overhead (static inputs)"] = cm.measure_mode(cm.bias_gelu_residual, [(x, bias, residual)],
+                                                             "reduce-overhead", device=DEVICE, repeat=REPEAT,
+                                                             static_inputs=True)
+rows = [dict(r.as_dict(), name=name) for name, r in res.items()]
 cplots.first_vs_steady(rows, title=f"bias + GELU + residual on {DEVICE}: first call vs steady state")
 
 # %%
-e, d = res["eager"], res["default"]
-breakeven = d.compile_s / max(e.steady_s - d.steady_s, 1e-12) if e.steady_s > d.steady_s else float("inf")
-md(f"Eager: {e.steady_s * 1e6:.1f} µs per call. Compiled (default): {d.steady_s * 1e6:.1f} µs, "
-   f"**{e.steady_s / d.steady_s:.2f}x** eager, after a first call of {d.first_call_s:.2f} s. "
-   + (f"Compiling pays for itself after about **{breakeven:,.0f} calls**." if breakeven != float("inf")
-      else "At this size the compiled kernel is not faster, so compiling never pays off here: "
-           "fusion wins when the tensors are too large for the cache.")
-   + "".join(f"\n- `{m}`: {r.steady_s * 1e6:.1f} µs, {r.extra.get('speedup_vs_eager', float('nan')):.2f}x eager, "
-             f"compile {r.compile_s:.1f} s" for m, r in res.items() if m not in ("eager", "default") and r.steady_s))
+md(breakeven.explain_chain({name: r.as_dict() for name, r in res.items() if r.steady_s},
+                          input_bytes=sum(t.numel() * t.element_size() for t in (x, bias, residual))))
 
 # %% [markdown]
 # ## 4. Graph breaks
@@ -225,31 +225,14 @@ cplots.kernels_per_mode(own_rows + decode_rows + train_rows) if (ref or own_rows
 # %%
 if ref is not None:
     s = ref["summary"]
-    t = s["targets"]
-    ds, ts = s["decode_speedup"], s["train_speedup"]
-    dk = {r["mode"]: r for r in decode_rows}
+    ts = s["train_speedup"]
     ma = max((k for k in ("max-autotune", "max-autotune-no-cudagraphs") if k in ts), key=lambda k: ts[k], default=None)
-    text = (f"On the {ref['environment'].get('gpu') or 'reference machine'}: `reduce-overhead` runs the decode step "
-            f"**{ds.get('reduce-overhead', float('nan')):.2f}x** faster than eager (target 3x: "
-            f"{'met' if t['reduce-overhead decode >= 3x eager'] else 'missed'}), against "
-            f"{ds.get('default', float('nan')):.2f}x for `default` alone: fusion helps, but at batch 1 the launches "
-            f"dominate.")
-    if "reduce-overhead" in dk and "eager" in dk and dk["eager"].get("launch_calls_per_call"):
-        text += (f" Eager launches {dk['eager']['launch_calls_per_call']:.0f} kernels from the host per step; "
-                 f"the CUDA graph needs {dk['reduce-overhead']['launch_calls_per_call']:.0f} launch calls for "
-                 f"{dk['reduce-overhead']['gpu_kernels_per_call']:.0f} GPU kernels.")
-    if ma:
-        text += (f" The training step runs **{ts[ma]:.2f}x** eager with `{ma}` (target 1.2x: "
-                 f"{'met' if t['max-autotune training step >= 1.2x eager'] else 'missed'}), "
-                 f"{ts.get('default', float('nan')):.2f}x with `default`; it took "
-                 f"{s['train_compile_s'].get(ma, float('nan')):.0f} s to compile against "
-                 f"{s['train_compile_s'].get('default', float('nan')):.0f} s for `default`.")
-    md(text)
+    md(breakeven.explain_decode({r["mode"]: r for r in decode_rows}, ref["environment"].get("gpu") or "reference GPU"))
 
 # %% [markdown]
-# Where a target is missed, the record's own profile says why. Below, the training step of the
-# autotuned mode is compared with `default` kernel by kernel (Inductor's numbered kernel names are
-# matched without their counters): if its kernels take the same GPU time, the gap lies outside them.
+# The training step: the record's own profile compares the autotuned mode with `default` kernel by
+# kernel (Inductor's numbered kernel names are matched without their counters): if its kernels take
+# the same GPU time, the gap lies outside them.
 
 # %%
 if ref is not None and ma:
@@ -270,6 +253,23 @@ if ref is not None:
                 md(f"Top GPU kernels, {label} step, `{r['mode']}`:\n\n| kernel | per call | µs per call |\n|---|---|---|\n"
                    + "\n".join(f"| `{k['kernel'][:60]}` | {k['count']:.0f} | {k['gpu_us_per_call']:.1f} |"
                                for k in r["top_kernels"][:5]))
+
+# %% [markdown]
+# ## 7. When does compiling pay?
+#
+# Compiling costs seconds to minutes once; it saves a little on every call. The break-even widget
+# puts the two together: pick a workload (the chain measured live in section 3 on this machine, or a
+# step from the reference record), a mode and a number of calls, and compare the total time of
+# eager with the mode's compile time plus its calls.
+
+# %%
+workloads = {f"bias + GELU + residual, {ROWS} x {COLS}, live on this {DEVICE}": rows}
+if ref is not None:
+    gpu = ref["environment"].get("gpu") or "reference GPU"
+    workloads[f"decode step (batch 1), {gpu} record"] = decode_rows
+    workloads[f"training step, {gpu} record"] = train_rows
+break_even = BreakEven(workloads, calls=1000)
+widgets.show(break_even.widget, break_even.figure, "the compile break-even widget")
 
 # %% [markdown]
 # ## Exercise 03.fullgraph: remove the graph breaks

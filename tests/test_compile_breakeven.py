@@ -1,0 +1,87 @@
+"""Notebook 03: break-even arithmetic, the section 3 and 6 sentences (both directions, and on the real
+H200 record: `default` 0.87x eager on decode, reduce-overhead 1.03x eager on the chain), the widget."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from course_kit.compile_modes import breakeven as B
+from course_kit.widgets.compile_modes import BreakEven
+
+REC = json.loads((Path(__file__).resolve().parents[1] / "data/reference/h200/compile.json").read_text())
+DECODE = {r["mode"]: r for r in REC["results"] if r["name"].startswith("decode")}
+TRAIN = [r for r in REC["results"] if r["name"].startswith("train")]
+
+
+def _row(mode, steady, compile_s=0.0, first=None, **kw):
+    return {"mode": mode, "steady_s": steady, "compile_s": compile_s, "first_call_s": first or compile_s, **kw}
+
+
+def test_break_even_calls():
+    assert B.break_even_calls(10.0, 1e-3, 2e-3) == pytest.approx(10_000)
+    assert math.isinf(B.break_even_calls(10.0, 2e-3, 1e-3))
+    assert math.isinf(B.break_even_calls(0.0, 1e-3, 1e-3))
+    assert B.total_time(_row("default", 1e-3, 5.0), 1000) == pytest.approx(6.0)
+    assert B.total_time(_row("eager", 1e-3, 5.0), 1000) == pytest.approx(1.0)   # eager compiles nothing
+    with pytest.raises(ValueError):
+        B.break_even_calls(-1.0, 1e-3, 2e-3)
+
+
+def test_explain_breakeven_before_after_never():
+    e = _row("eager", 2e-3)
+    assert "not yet paid for; it pays after about 10,000 calls" in B.explain_breakeven(e, _row("default", 1e-3, 10.0), 100)
+    assert "has paid for itself" in B.explain_breakeven(e, _row("default", 1e-3, 10.0), 100_000)
+    assert "never pays" in B.explain_breakeven(e, _row("default", 3e-3, 10.0), 100_000)
+
+
+def test_explain_chain_names_the_input_copy_only_with_evidence():
+    rows = {"eager": _row("eager", 513e-6), "default": _row("default", 188e-6, 0.08),
+            "reduce-overhead": _row("reduce-overhead", 497e-6, 0.2)}
+    t = B.explain_chain(rows)
+    assert "2.73x faster than eager" in t and "2.64x slower than `default`" in t
+    assert "does not show why" in t and "copies" not in t
+    est = B.explain_chain(rows, input_bytes=512 * 2**20, copy_gbs=4262.0)
+    assert "an estimate, not measured" in est
+    rows["reduce-overhead (static inputs)"] = _row("reduce-overhead", 190e-6, 0.2, static_inputs=True)
+    measured = B.explain_chain(rows)
+    assert "marked as static addresses" in measured and "about as fast as" in measured
+    # compiled slower than eager: never pays; a fast reduce-overhead gets no excuse
+    slow = B.explain_chain({"eager": _row("eager", 18e-6), "default": _row("default", 34e-6, 0.19),
+                            "reduce-overhead": _row("reduce-overhead", 10e-6, 0.2)})
+    assert "never pays" in slow and "slower than eager" in slow and "does not show why" not in slow
+    with pytest.raises(ValueError):
+        B.explain_chain({"eager": _row("eager", 1e-3)})
+
+
+def test_explain_decode_on_the_h200_record():
+    t = B.explain_decode(DECODE, "NVIDIA H200")
+    assert "`default` 2.36 ms, **1.14x slower than** eager" in t       # the record's 0.87x, said as it is
+    assert "6.47x faster than" in t and "85% of eager's step" in t
+    assert "fusion helps" not in t and "does not show what" in t
+    faster = dict(DECODE, default=dict(DECODE["default"], steady_s=1.5e-3))
+    assert "gained less than the CUDA graph" in B.explain_decode(faster, "GPU")
+    with pytest.raises(ValueError):
+        B.explain_decode({}, "GPU")
+
+
+def test_breakeven_widget_switches_workload_and_mode():
+    w = BreakEven({"decode": list(DECODE.values()), "train": TRAIN,
+                   "chain": [_row("eager", 2e-3), _row("reduce-overhead", 1e-3, 1.0),
+                             _row("reduce-overhead", 5e-4, 1.0, static_inputs=True)]}, calls=1000)
+    assert "never pays" in w.text.value                  # decode `default` is slower than eager
+    w.mode.value = "reduce-overhead"
+    assert "not yet paid for; it pays after about 2,679 calls" in w.text.value and math.isfinite(w.break_even)
+    w.calls.value = 1e4
+    assert "has paid for itself" in w.text.value
+    fig0 = w.figure.to_dict()
+    w.workload.value = "train"
+    assert w.mode.options == ("default", "max-autotune-no-cudagraphs") and w.figure.to_dict() != fig0
+    w.calls.value = 1e3
+    assert "not yet paid for" in w.text.value
+    w.workload.value = "chain"
+    assert "reduce-overhead (static inputs)" in w.mode.options
+    with pytest.raises(ValueError, match="eager"):
+        BreakEven({"x": [_row("default", 1e-3)]})
