@@ -275,8 +275,9 @@ def test_explain_xformers_both_ways():
 def test_explain_io_counts():
     text = explain.explain_io_counts(4096, 128, 6.9e7, 3.0e7, 228 * 1024, 116736, kernel=1.8e7)
     assert "2.3x fewer accesses than standard" in text and "228 KiB" in text
-    worse = explain.explain_io_counts(1024, 128, 1e6, 3e6, 1024, 512)
-    assert "3x more accesses than standard" in worse
+    assert "tiles above the diagonal skipped" in text
+    worse = explain.explain_io_counts(1024, 128, 1e6, 3e6, 1024, 512, kernel=2e6, causal=False)
+    assert "3x more accesses than standard" in worse and "diagonal" not in worse
 
 
 def test_traffic_table():

@@ -65,7 +65,7 @@ def explain_tiled_memory(tiled_bytes: float, naive_bytes: float, seq_len: int) -
 
 
 def explain_io_counts(n: int, d: int, standard: float, flash: float, sram_bytes: int, sram_elements: int,
-                      kernel: float | None = None) -> str:
+                      kernel: float | None = None, causal: bool = True) -> str:
     """Section 3b: the exact HBM access counts of Theorem 2's two algorithms at the learner's shape."""
     _pos(standard=standard, flash=flash, sram_bytes=sram_bytes)
     text = (f"For one head at N = {n}, d = {d}, with M = {sram_elements:,} elements of SRAM "
@@ -73,7 +73,8 @@ def explain_io_counts(n: int, d: int, standard: float, flash: float, sram_bytes:
             f"FlashAttention's Algorithm 1 **{flash:,.0f}**, {times_more_or_less(flash, standard, 'accesses', less='fewer')} "
             f"standard.")
     if kernel:
-        text += (f" The course's kernel (Q read once, K and V once per query block, causal tiles skipped) "
+        how = "Q read once, K and V once per query block" + (", tiles above the diagonal skipped" if causal else "")
+        text += (f" The course's kernel ({how}) "
                  f"makes **{kernel:,.0f}**, {times_more_or_less(kernel, standard, 'accesses', less='fewer')} standard.")
     return text
 

@@ -74,7 +74,8 @@ class TilesExplorer:
         self.step.observe(self._on_step, names="value")
         self.widget = W.VBox([
             W.HBox([self.seq_len, self.causal]), W.HBox([self.block_m, self.block_n, self.head_dim]),
-            self.text, W.HBox([self.out_tiles, self.out_traffic]),
+            # the two figures side by side where the page is wide enough, one above the other if not
+            self.text, W.HBox([self.out_tiles, self.out_traffic], layout=W.Layout(flex_flow="row wrap")),
             W.HTML("<b>One query row through the online softmax</b>"), W.HBox([self.row, self.step]),
             self.row_text, self.out_row])
         self.widget.add_class("ck-tiles-explorer")
@@ -96,7 +97,8 @@ class TilesExplorer:
             f"<div><b>{counts['no mask']}</b> tiles unmasked, <b>{counts['masked']}</b> masked, "
             f"<b>{counts['skipped']}</b> skipped: {self.numbers['computed_fraction']:.1%} of the S x S scores "
             f"are computed. " + html.escape(explain.explain_io_counts(
-                s, d, t["standard"], t["flash"], self.sram_bytes, t["sram_elements"], kernel=t["kernel"]))
+                s, d, t["standard"], t["flash"], self.sram_bytes, t["sram_elements"], kernel=t["kernel"],
+                causal=causal))
             .replace("**", "") + f" <i>(M: {html.escape(self.sram_source)}; bf16, one head.)</i></div>")
         self.tiles_figure = causal_tiles_figure(s, bm, bn, causal)
         self.traffic_figure = traffic_figure(t["rows"], title=f"HBM traffic of one head, S={s}, d={d}, bf16")
