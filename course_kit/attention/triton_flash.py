@@ -22,6 +22,7 @@ import math
 
 import torch
 
+from .. import device as _device
 from . import use_triton_interpreter_without_cuda
 
 use_triton_interpreter_without_cuda()   # before the first @triton.jit below
@@ -199,7 +200,7 @@ def _prune_configs(configs, named_args, **kwargs):
     sequences also try BLOCK_M=64, whose twice as many programs fill the SMs better. Older or
     smaller GPUs (a T4 has 64 KiB of shared memory per SM) keep every config.
     """
-    if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0):
+    if (_device.current_capability() or (0, 0)) >= (9, 0):     # the emulated GPU's under COURSE_KIT_EMULATE
         short = named_args.get("seq_bucket", 0) <= 2048
         return [c for c in configs if (c.kwargs["BLOCK_M"] == 128 and c.num_warps == 8)
                 or (short and c.kwargs["BLOCK_M"] == 64 and c.kwargs["BLOCK_N"] == 64)]
@@ -232,7 +233,7 @@ def descriptor_usable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tupl
         return False, f"triton {triton.__version__} has no tl.make_tensor_descriptor"
     if interpreting():
         return True, "interpreter"
-    if not q.is_cuda or torch.cuda.get_device_capability(q.device) < (9, 0):
+    if not q.is_cuda or (_device.current_capability() or (0, 0)) < (9, 0):
         return False, "TMA needs a Hopper-class GPU (sm_90+)"
     for name, t in (("q", q), ("k", k), ("v", v)):
         # TMA wants 16-byte aligned bases and row strides
@@ -257,7 +258,7 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     if not q.is_cuda and not interpreting():
         raise ValueError("CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 before the kernels are "
                          "defined (importing course_kit.attention.triton_flash does this when there is no CUDA)")
-    if q.is_cuda and q.dtype == torch.bfloat16 and torch.cuda.get_device_capability(q.device) < (8, 0):
+    if q.is_cuda and q.dtype == torch.bfloat16 and (_device.current_capability() or (0, 0)) < (8, 0):
         raise ValueError("bfloat16 tensor cores need sm_80 or newer; use torch.float16 on this GPU")
 
 

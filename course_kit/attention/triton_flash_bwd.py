@@ -20,6 +20,7 @@ import math
 
 import torch
 
+from .. import device as _device
 from . import use_triton_interpreter_without_cuda
 
 use_triton_interpreter_without_cuda()   # before the first @triton.jit below
@@ -136,7 +137,7 @@ def flash_attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     interp = interpreting()
     # 64 x 64 tiles; 32 x 32 under the interpreter (faster there) and before sm_80 (a T4 has 64 KiB
     # of shared memory per SM, which the larger tiles of head dim 128 would overflow)
-    small = interp or torch.cuda.get_device_capability(q.device) < (8, 0)
+    small = interp or (_device.current_capability() or (0, 0)) < (8, 0)   # the emulated GPU's too
     bm = bn = 32 if small else 64
     warps = 8 if head_dim >= 128 else 4
     common = dict(HEAD_DIM=head_dim, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, DOT_F32=interp,
