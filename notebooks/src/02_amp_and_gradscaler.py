@@ -1,8 +1,8 @@
 # %% [markdown]
 # # 02 · Automatic mixed precision and loss scaling
 #
-# Training in 16-bit formats roughly halves the memory that activations take and, on a GPU with
-# tensor cores, multiplies matmul throughput several times over. *Automatic mixed precision* (AMP)
+# Training in 16-bit formats stores activations in 2 bytes instead of 4 and, on a GPU with tensor
+# cores, runs matmuls on units whose datasheet peak is many times fp32's (notebook 00 measured it). *Automatic mixed precision* (AMP)
 # gets most of that without rewriting the model: `torch.autocast` runs each operation in the format
 # that suits it, and the weights stay in fp32. fp16 has one catch: its range is narrow, and small
 # gradients underflow to zero. *Loss scaling* fixes that. This notebook trains the same small GPT in
@@ -213,9 +213,9 @@ widgets.show(stepper.widget, stepper.figure, "the scaler stepper")
 # %% [markdown]
 # ## 4. All five modes on this machine
 #
-# Same initial weights, same batches. Whether 16-bit steps are faster depends on the hardware: a GPU
-# with tensor cores runs 16-bit matmuls many times faster than fp32, many CPUs have no 16-bit matrix
-# units at all. The run below measures it here; the H200's numbers follow in section 5. Memory is the
+# Same initial weights, same batches. What 16-bit steps gain depends on the hardware: a GPU with
+# tensor cores has 16-bit matmul units (notebook 00 measured their rate), many CPUs have no 16-bit
+# matrix units at all. The run below measures it here; the H200's numbers follow in section 5. Memory is the
 # bytes autograd keeps for the backward pass of one step (and the peak GPU memory on a GPU).
 
 # %%
@@ -326,8 +326,9 @@ grading.check("02.scaler_update", update)
 # - A dynamic loss scaler multiplies the loss by S, unscales the gradients, skips steps that
 #   overflowed, backs off on overflow and grows after a run of clean steps. Ours matches
 #   `torch.amp.GradScaler` bit for bit.
-# - On a tensor-core GPU, 16-bit autocast is several times faster than strict fp32 and keeps
-#   activations in half the bytes; on a CPU the memory saving remains, the speed-up mostly does not.
+# - Autocast runs matmuls in 16 bits and saves many activations in 16 bits, but not all: the
+#   operations it keeps in fp32 save fp32 tensors. Sections 4 and 5 measured what that bought in step
+#   time and bytes, here and on an H200.
 #
 # **Further reading**
 # - P. Micikevicius et al., *Mixed Precision Training*, ICLR 2018 (loss scaling).
