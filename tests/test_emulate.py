@@ -107,3 +107,22 @@ def test_an_unknown_emulation_is_refused_naming_the_choices(monkeypatch):
     for off in ("", "0", "off"):
         monkeypatch.setenv(device.EMULATE_ENV, off)
         assert device.emulation_requested() is None
+
+
+def test_t4_emulation_takes_the_t4s_kernel_choices(h200, monkeypatch):
+    """No silent sm_90 path under emulation: the Triton flash kernel keeps every autotune config
+    (the Hopper-only pruning is off), refuses TMA, refuses bf16, and the SDPA backends are the T4's."""
+    pytest.importorskip("triton")
+    from course_kit.attention import sdpa_backends, triton_flash
+    configs = triton_flash._CONFIGS if hasattr(triton_flash, "_CONFIGS") else None
+    monkeypatch.setattr(triton_flash, "interpreting", lambda: False)
+    q = types.SimpleNamespace(is_cuda=True, dtype=torch.bfloat16)
+    monkeypatch.delenv(device.EMULATE_ENV, raising=False)
+    hopper_kept = triton_flash._prune_configs(configs, {"seq_bucket": 4096}) if configs else None
+    monkeypatch.setenv(device.EMULATE_ENV, "t4")
+    if configs:
+        assert len(triton_flash._prune_configs(configs, {"seq_bucket": 4096})) == len(configs) > len(hopper_kept)
+    ok, why = triton_flash.descriptor_usable(q, q, q)
+    assert not ok and "sm_90" in why
+    support = sdpa_backends.backend_support(device.current_capability(), torch.float16, 128)
+    assert not support["flash"][0] and not support.get("cudnn", (False,))[0]
