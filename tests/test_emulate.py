@@ -114,14 +114,13 @@ def test_t4_emulation_takes_the_t4s_kernel_choices(h200, monkeypatch):
     (the Hopper-only pruning is off), refuses TMA, refuses bf16, and the SDPA backends are the T4's."""
     pytest.importorskip("triton")
     from course_kit.attention import sdpa_backends, triton_flash
-    configs = triton_flash._CONFIGS if hasattr(triton_flash, "_CONFIGS") else None
+    configs = triton_flash._CONFIGS
     monkeypatch.setattr(triton_flash, "interpreting", lambda: False)
     q = types.SimpleNamespace(is_cuda=True, dtype=torch.bfloat16)
     monkeypatch.delenv(device.EMULATE_ENV, raising=False)
-    hopper_kept = triton_flash._prune_configs(configs, {"seq_bucket": 4096}) if configs else None
+    hopper_kept = triton_flash._prune_configs(configs, {"seq_bucket": 4096})
     monkeypatch.setenv(device.EMULATE_ENV, "t4")
-    if configs:
-        assert len(triton_flash._prune_configs(configs, {"seq_bucket": 4096})) == len(configs) > len(hopper_kept)
+    assert len(triton_flash._prune_configs(configs, {"seq_bucket": 4096})) == len(configs) > len(hopper_kept)
     ok, why = triton_flash.descriptor_usable(q, q, q)
     assert not ok and "sm_90" in why
     support = sdpa_backends.backend_support(device.current_capability(), torch.float16, 128)
