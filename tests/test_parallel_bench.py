@@ -24,7 +24,10 @@ def _check_record(rec, worlds):
         assert s[f"mlp_max_rel_err_tp{n}"] < (2e-2 if rec["params"]["dtype"] != "float32" else 1e-5)
         assert s[f"decode_tokens_identical_tiny_tp{n}"] is True
     if 2 in worlds:
-        assert {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "pipeline"} <= names
+        assert {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "pipeline", "ep_moe",
+                "ring_attention"} <= names
+        assert s["ep_max_rel_err_fp32_n2"] < 1e-5 and s["cp_max_rel_err_fp32_causal_n2"] < 1e-5
+        assert "ep_speedup_n2" in s and "cp_speedup_full_n2" in s
         assert "decode_tp2_tokens_identical" in s and "mlp_tp2_meets_target" in s
         assert rec["timelines"]
     return s

@@ -104,3 +104,13 @@ def test_capstone_headline_both_ways():
     assert "3.00x faster than** HF generate" in ladder.explain_summary(up, "x")
     text = ladder.explain_summary(down, "x")
     assert "2.00x slower than** HF generate" in text and "about as fast as" in text
+
+
+def test_ep_cp_speed_sentences_both_ways_and_missing():
+    from course_kit.parallel import explain
+    rec = {"results": [{"name": "ep_moe", "n": 2, "speedup": 1.6, "median_s": 1e-3, "max_rel_err_fp32": 1e-7},
+                       {"name": "ring_attention", "n": 2, "causal": True, "speedup": 0.5, "median_s": 2e-3,
+                        "max_rel_err_fp32": 1e-7}]}
+    assert "1.60x faster than** one rank" in explain.explain_ep_cp_speed(rec, "x", "ep_moe")
+    assert "2.00x slower than** one rank" in explain.explain_ep_cp_speed(rec, "x", "ring_attention")
+    assert "no ring attention timings" in explain.explain_ep_cp_speed({"results": []}, "x", "ring_attention")

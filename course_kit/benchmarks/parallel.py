@@ -12,7 +12,10 @@ group runs, in order:
    check), then the timed run in bf16: eager, captured in a CUDA graph, and (for the models in
    `compile_models`) torch.compile'd then captured, which fuses a decode step's many small
    kernels; speed-ups compare the same mode at both sizes;
-4. a pipeline (GPipe and 1F1B) over n stages: measured bubble against (p-1)/(m+p-1).
+4. a pipeline (GPipe and 1F1B) over n stages: measured bubble against (p-1)/(m+p-1);
+5. expert parallelism (a top-2 MoE layer, all-to-all dispatch and combine) and context parallelism
+   (ring attention, causal and not), each checked in float32 against one process and timed
+   against one GPU holding everything (parallel/measure_ep_cp.py).
 The summary holds the ratios against one GPU, all measured in this run.
 """
 from __future__ import annotations
@@ -23,7 +26,7 @@ import torch
 
 from .. import bench
 from .. import device as _device
-from ..parallel import comm, launcher, measure, pipeline
+from ..parallel import comm, launcher, measure, measure_ep_cp, pipeline
 
 MB = 1 << 20
 SIZES: dict[str, dict[str, Any]] = {
@@ -31,20 +34,28 @@ SIZES: dict[str, dict[str, Any]] = {
              "coll_bytes": 256 * MB, "mlp": [8192, 28672, 4096], "models": ["llama-1b", "llama3-8b"], "prompt_len": 16, "new_tokens": 128,
              "check_tokens": 32, "compile_models": ["llama-1b"],
              "pp": {"hidden": 1024, "n_layers": 8, "batch": 2048},
-             "pp_m": [1, 2, 4, 8, 16], "repeat": 20, "cpu_world": 2},
+             "pp_m": [1, 2, 4, 8, 16], "repeat": 20, "cpu_world": 2,
+             "ep": {"hidden": 4096, "ffn": 14336, "n_experts": 8, "top_k": 2, "tokens_per_rank": 4096},
+             "cp": {"batch": 1, "heads": 32, "seq": 8192, "head_dim": 128, "check_seq": 512}},
     "small_gpu": {"allreduce_bytes": [1 << k for k in range(10, 29, 2)], "coll_bytes": 64 * MB,
                   "mlp": [4096, 14336, 2048], "models": ["llama-1b"],
                   "prompt_len": 16, "new_tokens": 64, "check_tokens": 16, "compile_models": [],
                   "pp": {"hidden": 1024, "n_layers": 8, "batch": 1024}, "pp_m": [1, 2, 4, 8],
-                  "repeat": 10, "cpu_world": 2},
+                  "repeat": 10, "cpu_world": 2,
+                  "ep": {"hidden": 2048, "ffn": 5632, "n_experts": 8, "top_k": 2, "tokens_per_rank": 2048},
+                  "cp": {"batch": 1, "heads": 16, "seq": 4096, "head_dim": 128, "check_seq": 256}},
     "cpu": {"allreduce_bytes": [1 << k for k in range(10, 23, 4)], "coll_bytes": MB,
             "mlp": [512, 1024, 256], "models": ["tiny"], "prompt_len": 8,
             "new_tokens": 16, "check_tokens": 8, "compile_models": [], "pp": {"hidden": 256, "n_layers": 4, "batch": 256},
-            "pp_m": [1, 4], "repeat": 5, "cpu_world": 2},
+            "pp_m": [1, 4], "repeat": 5, "cpu_world": 2,
+            "ep": {"hidden": 128, "ffn": 256, "n_experts": 8, "top_k": 2, "tokens_per_rank": 256},
+            "cp": {"batch": 1, "heads": 4, "seq": 512, "head_dim": 32, "check_seq": 64}},
     "smoke": {"allreduce_bytes": [1 << 10, 1 << 16], "coll_bytes": 1 << 16, "mlp": [64, 128, 32],
               "models": ["tiny"], "prompt_len": 4, "new_tokens": 6,
               "check_tokens": 6, "compile_models": [], "pp": {"hidden": 32, "n_layers": 4, "batch": 32}, "pp_m": [2],
-              "repeat": 2, "cpu_world": 2},
+              "repeat": 2, "cpu_world": 2,
+              "ep": {"hidden": 32, "ffn": 64, "n_experts": 4, "top_k": 2, "tokens_per_rank": 16},
+              "cp": {"batch": 1, "heads": 2, "seq": 64, "head_dim": 16, "check_seq": 16}},
 }
 MLP_TARGET = 1.7      # issue 10: TP=2 MLP at >= 1.7x one GPU
 
@@ -62,7 +73,8 @@ def world_sizes(n_devices: int) -> list[int]:
 
 def on_rank(rank: int, world_size: int, p: dict[str, Any]) -> dict[str, Any]:
     """Everything one group measures (runs on every rank; rank 0's answer is kept)."""
-    out: dict[str, Any] = {"collectives": [], "mlp": None, "decode": [], "pipeline": []}
+    out: dict[str, Any] = {"collectives": [], "mlp": None, "decode": [], "pipeline": [], "ep": None,
+                           "cp": []}
     rep = p["repeat"]
     if world_size > 1:
         out["collectives"] = comm.measure_collective(rank, world_size, "all_reduce",
@@ -79,6 +91,12 @@ def on_rank(rank: int, world_size: int, p: dict[str, Any]) -> dict[str, Any]:
                                        p["new_tokens"], use_compile=name in p["compile_models"])
         timed["fp32_tokens"] = check["tokens"]
         out["decode"].append(timed)
+    if "ep" in p and p["ep"]["n_experts"] % world_size == 0:
+        out["ep"] = measure_ep_cp.ep_on_rank(rank, world_size, dtype=p["dtype"], warmup=3, repeat=rep,
+                                             **p["ep"])
+    if "cp" in p and p["cp"]["seq"] % world_size == 0:
+        out["cp"] = measure_ep_cp.cp_on_rank(rank, world_size, dtype=p["dtype"], repeat=max(2, rep // 2),
+                                             **p["cp"])
     if world_size > 1 and p["pp"]["n_layers"] % world_size == 0:
         for m in p["pp_m"]:
             for kind in pipeline.SCHEDULES:
@@ -136,6 +154,22 @@ def summarise(per_world: dict[int, dict[str, Any]]) -> tuple[list[dict], dict[st
                 summary[f"decode_speedup_{key}"] = row["speedup"]
                 summary[f"decode_tokens_identical_{key}"] = row["fp32_tokens_identical"]
             rows.append({"name": "decode", **row})
+        if out.get("ep"):
+            ep = dict(out["ep"])
+            if base is not None and base.get("ep"):
+                ep["speedup"] = base["ep"]["median_s"] / ep["median_s"]
+                summary[f"ep_speedup_n{n}"] = ep["speedup"]
+            summary[f"ep_max_rel_err_fp32_n{n}"] = ep["max_rel_err_fp32"]
+            rows.append({"name": "ep_moe", **ep})
+        for cp in out.get("cp") or []:
+            cp = dict(cp)
+            kind = "causal" if cp["causal"] else "full"
+            one = next((c for c in (base or {}).get("cp") or [] if c["causal"] == cp["causal"]), None)
+            if one is not None:
+                cp["speedup"] = one["median_s"] / cp["median_s"]
+                summary[f"cp_speedup_{kind}_n{n}"] = cp["speedup"]
+            summary[f"cp_max_rel_err_fp32_{kind}_n{n}"] = cp["max_rel_err_fp32"]
+            rows.append({"name": "ring_attention", **cp})
         for pp in out["pipeline"]:
             rows.append({"name": "pipeline", **{k: v for k, v in pp.items() if k != "events"}})
             timelines[f"{pp['schedule']}_p{pp['p']}_m{pp['m']}"] = pp["events"]

@@ -473,6 +473,14 @@ md(f"Outputs and gradients (input, router, experts) equal the single-process MoE
    f"**{max(max(r.values()) for r in ep):.1e}** relative. " + pexplain.explain_load(load))
 
 # %% [markdown]
+# Timed by `course-kit bench parallel` (the run of §2): the MoE layer over the group's ranks against
+# one rank holding every expert and routing every token; then the 2-GPU record, where it has them.
+
+# %%
+md(pexplain.explain_ep_cp_speed(own, own_label, "ep_moe") + "\n\n"
+   + (pexplain.explain_ep_cp_speed(ref2, "the 2x H200 record", "ep_moe") if ref2 is not None else ""))
+
+# %% [markdown]
 # ## 7. Context parallelism: ring attention
 #
 # For very long sequences even one layer's activations do not fit. Context parallelism cuts the
@@ -489,6 +497,10 @@ cp = launcher.launch(context.check_cp, WORLD, backend="gloo")
 md(f"Ring attention on {WORLD} ranks equals attention over the full sequence to "
    f"**{max(r['full'] for r in cp):.1e}** (no mask) and **{max(r['causal'] for r in cp):.1e}** (causal). "
    + pexplain.explain_causal_blocks([r['causal_blocks'] for r in cp]))
+
+# %%
+md(pexplain.explain_ep_cp_speed(own, own_label, "ring_attention") + "\n\n"
+   + (pexplain.explain_ep_cp_speed(ref2, "the 2x H200 record", "ring_attention") if ref2 is not None else ""))
 
 # %% [markdown]
 # ## 8. When does TP pay? Memory per GPU and time per token
