@@ -287,3 +287,14 @@ def test_failure_renders_without_traceback():
         grading.check("00.attainable", lambda i, b, p: 0.0)
     lines = info.value._render_traceback_()
     assert len(lines) == 2 and "00.attainable" in lines[0] and "hint" in lines[1]
+
+
+def test_full_feedback_shows_the_expected_value_and_short_does_not():
+    from course_kit.grading.checks import codec, probing, verdict
+    spec = registry.get("00.attainable")
+    plan = {"cases": spec.cases(), "instantiate": False, "probe": None}
+    answer = codec.roundtrip(probing.probe(plan, (lambda i, b, p: 2 * attainable(i, b, p),)))
+    short = verdict.outcome(spec, answer, level="short")
+    full = verdict.outcome(spec, answer, level="full")
+    assert short[0] == full[0] == "failed"
+    assert "expected" not in short[1] and "(expected 1.2)" in full[1], (short, full)

@@ -53,6 +53,9 @@ def check_fullgraph(answer) -> None:
     if not isinstance(data, dict) or not isinstance(data.get("outputs"), list) or \
             len(data["outputs"]) != len(answer.cases):
         raise grading.Wrong("the answer could not be probed: pass your function fixed(x, w)")
+    for got in data["outputs"]:          # an error in the function itself comes first
+        if isinstance(got, Raised):
+            raise feedback.StudentRaised("fixed(x, w)", got)
     if data.get("fullgraph") is not True:
         raise grading.Wrong(f"fixed(x, w) does not compile with fullgraph=True: {str(data.get('error'))[:160]}")
     for (x, w), got in zip(answer.cases, data["outputs"]):

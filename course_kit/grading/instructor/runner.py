@@ -45,7 +45,7 @@ class Context:
     hidden: Path | None          # the instructor's hidden checkers (seen by the judge only)
     limits: Limits
     feedback: str = "short"
-    uid_base: int = sandbox.UID_BASE
+    uids: range = field(default_factory=sandbox.session_uids)
     counter: list = field(default_factory=lambda: [0])
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -54,7 +54,7 @@ class Context:
             return None
         with self.lock:
             self.counter[0] += 1
-            return self.uid_base + self.counter[0] % 1_000_000
+            return self.uids[self.counter[0] % len(self.uids)]
 
 
 @dataclass
@@ -78,7 +78,7 @@ def _env(ctx: Context, extra: dict) -> dict:
 
 
 def _spawn(ctx: Context, job: Path, command: list[str], ro: list, rw: list, env: dict, cwd: str,
-           uid: int | None, group: sandbox.Cgroup | None, pass_fds=(), **popen) -> subprocess.Popen:
+           uid: int | None, group: sandbox.Cgroup | None, pass_fds=(), tmpfs=(), **popen) -> subprocess.Popen:
     if ctx.mode.kind == "none":   # --trusted: no sandbox, only the per-process limits
         run = sandbox.Run(command, env, None)
         popen["preexec_fn"] = sandbox.preexec_limits(ctx.limits)
@@ -86,7 +86,7 @@ def _spawn(ctx: Context, job: Path, command: list[str], ro: list, rw: list, env:
         return subprocess.Popen(run.argv, env=run.env, cwd=cwd_real, pass_fds=pass_fds,
                                 start_new_session=True, **popen)
     run = sandbox.command(job, command, ro=ro, rw=rw, env=env, cwd=cwd, limits=ctx.limits, uid=uid,
-                          cgroup=group)
+                          cgroup=group, tmpfs=tmpfs)
     if uid is None:
         popen["preexec_fn"] = sandbox.preexec_limits(ctx.limits)
     return subprocess.Popen(run.argv, env=run.env if uid is None else {}, pass_fds=pass_fds,
@@ -140,14 +140,18 @@ def execute(plan: Plan, files: dict[str, str], ctx: Context, job: Path, uid: int
     """Run the plan's cells; return (event per step index, whether the memory cap struck)."""
     limits = ctx.limits
     work, answers = _owned_dir(job / "work", uid), _owned_dir(job / "answers", uid)
+    os.chmod(work, 0o711)   # reachable (not listable) for the bind of the notebook into the sandbox
     for name, text in files.items():
         (work / Path(name).name).write_text(text)
         if uid is not None:
             os.chown(work / Path(name).name, uid, uid)
-    ro = _python_binds() + [(str(ctx.cases), f"{GRADE}/cases")]
+    # The home folder is a tmpfs (its size counts against the memory cap) holding the submitted
+    # notebook read-only; only the answers folder is written to disk.
+    ro = _python_binds() + [(str(ctx.cases), f"{GRADE}/cases")] + \
+        [(str(work / Path(name).name), f"{HOME}/{Path(name).name}") for name in files]
     if ctx.data is not None:
         ro.append((str(ctx.data), DATA))
-    rw = [(str(work), HOME), (str(answers), f"{GRADE}/answers")]
+    rw = [(str(answers), f"{GRADE}/answers")]
     reply_r, reply_w = os.pipe()
     cmd = [sys.executable, "-m", "course_kit.grading.instructor.kernel", str(reply_w)]
     env = _env(ctx, {"COURSE_KIT_GRADE": GRADE if ctx.mode.kind != "none" else str(job / "grade")})
@@ -156,7 +160,9 @@ def execute(plan: Plan, files: dict[str, str], ctx: Context, job: Path, uid: int
         os.symlink(ctx.cases, job / "grade" / "cases")
         os.symlink(answers, job / "grade" / "answers")
         env.update(HOME=str(work), COURSE_KIT_DATA=str(ctx.data) if ctx.data else "", TMPDIR=str(work))
-    proc = _spawn(ctx, job, cmd, ro, rw, env, HOME, uid, group, pass_fds=(reply_w,),
+    if ctx.mode.kind == "none":
+        rw.append((str(work), HOME))
+    proc = _spawn(ctx, job, cmd, ro, rw, env, HOME, uid, group, pass_fds=(reply_w,), tmpfs=(HOME,),
                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     os.close(reply_w)
     inbox: "queue.Queue" = queue.Queue()
@@ -317,7 +323,8 @@ def classify(ex: Exercise, plan: Plan, events: dict[int, Event], verdicts: dict,
                                           f"{limits.total_timeout:g} s")
                 if e.status == "died":
                     cap = " (the run exceeded its memory cap)" if oom else ""
-                    return out("error", f"kernel died{cap}: {where} could not finish")
+                    start = f" ({e.evalue})" if e.evalue.startswith("the kernel did not start") else ""
+                    return out("error", f"kernel died{cap}: {where} could not finish{start}")
                 if e.status == "stopped":
                     return out("error", f"not run: an earlier cell ran past the timeout and ignored the "
                                         "interrupt, so the run was stopped")

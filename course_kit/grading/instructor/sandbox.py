@@ -26,6 +26,13 @@ from pathlib import Path
 UID_BASE = 1_900_000_000       # sandbox uids own nothing on the system and have no passwd entry
 INNER_UID = 1000               # the uid inside the sandbox
 LAUNCH = Path(__file__).resolve().with_name("launch.py")
+UIDS_PER_SESSION = 100_000
+
+
+def session_uids(pid: int | None = None) -> range:
+    """The sandbox uids of one grading process: disjoint from other graders running at once."""
+    start = UID_BASE + ((os.getpid() if pid is None else pid) % 10_000) * UIDS_PER_SESSION
+    return range(start, start + UIDS_PER_SESSION)
 
 
 @dataclass
@@ -35,7 +42,7 @@ class Limits:
     memory_bytes: int = 8 << 30      # the whole run's memory (cgroup) or each process's (rlimit)
     threads: int = 1                 # OMP/MKL/torch threads
     processes: int = 256             # processes and threads of the run
-    file_bytes: int = 1 << 30        # largest file the run may write
+    file_bytes: int = 256 << 20      # largest file the run may write
 
     def __post_init__(self) -> None:
         for name in ("cell_timeout", "total_timeout"):
@@ -254,7 +261,8 @@ class Run:
 
 
 def command(job: Path, command: list[str], *, ro: list[tuple[str, str]], rw: list[tuple[str, str]],
-            env: dict, cwd: str, limits: Limits, uid: int | None, cgroup: Cgroup | None) -> Run:
+            env: dict, cwd: str, limits: Limits, uid: int | None, cgroup: Cgroup | None,
+            tmpfs: tuple[str, ...] = ()) -> Run:
     """The bubblewrap command for `command` with these binds; as root (uid given), wrapped in the
     launcher that joins the cgroup, sets limits, stages unreachable folders and drops to `uid`."""
     bwrap = shutil.which("bwrap")
@@ -264,7 +272,7 @@ def command(job: Path, command: list[str], *, ro: list[tuple[str, str]], rw: lis
             "--new-session", "--cap-drop", "ALL", "--uid", str(INNER_UID), "--gid", str(INNER_UID),
             "--hostname", "sandbox", "--proc", "/proc", "--dev", "/dev"]
     size = str(limits.memory_bytes or (1 << 30))
-    for tmp in ("/tmp", "/var/tmp", "/dev/shm"):
+    for tmp in ("/tmp", "/var/tmp", "/dev/shm", *tmpfs):   # in memory: counted by the memory cap
         args += ["--size", size, "--tmpfs", tmp]
     args += _system_args()
     stage: list[list[str]] = []
@@ -340,7 +348,7 @@ def mode(refresh: bool = False) -> Mode:
     try:
         run = command(job, [sys.executable, "-I", "-c", "import os; print(os.getuid())"],
                       ro=[(p, p) for p in python_paths()], rw=[], env={"PATH": "/usr/bin:/bin"}, cwd="/",
-                      limits=Limits(memory_bytes=2 << 30), uid=UID_BASE if root else None, cgroup=group)
+                      limits=Limits(memory_bytes=2 << 30), uid=session_uids()[0] if root else None, cgroup=group)
         proc = subprocess.run(run.argv, env=run.env or None, capture_output=True, text=True, timeout=60,
                               stdin=subprocess.DEVNULL)
         ok = proc.returncode == 0 and proc.stdout.strip() == str(INNER_UID)
