@@ -220,7 +220,7 @@ md(f"At S = {s_demo}, {str(DTYPE).replace('torch.', '')}: max |tiled - float64| 
 
 # %% [markdown]
 # The causal kernel splits each query block's keys into three kinds of tile: those entirely
-# below the diagonal (every key visible to every query: **no mask**, the fast loop), those crossing
+# below the diagonal (every key visible to every query: **no mask**, the loop without comparisons), those crossing
 # the diagonal or the ragged end of the sequence (**masked**), and those above it (**skipped**).
 
 # %%
@@ -326,7 +326,7 @@ widgets.show(explorer.widget, explorer.tiles_figure, "the tiles explorer")
 # ## 4. A flash-attention kernel in Triton
 #
 # The Triton kernel is the same algorithm with one program per (query block, batch x head). Its
-# comments explain the choices that make it fast on a GPU:
+# comments explain the choices made for speed on a GPU (section 6 measures what they give):
 # - the query block is loaded **once** and stays in registers; K and V stream through shared memory,
 #   with **3-4 pipeline stages** so the next tiles load while the current one is multiplied;
 #   on Hopper they are loaded by **TMA** (tensor-memory-accelerator descriptors) where Triton has them;
