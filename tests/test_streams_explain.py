@@ -89,3 +89,36 @@ def test_h200_record_headline_is_above_the_sync_bound():
     assert f["sync"]["busy_s"]["gpu"] > f["async"]["busy_s"]["gpu"]
     assert f["bound_async_busy"] >= f["speedup"] * 0.99
     assert "above that bound" in explain_overlap(f)
+
+
+CLAIM = {"source": "the blog", "model": "8B", "batch": 32, "sync_gpu_idle": 0.24, "async_gpu_idle": 0.006,
+         "sync_s": 300.6, "async_s": 234.5, "time_saved": 0.22}
+
+
+def _row(system, mode, wall, idle=None, **kw):
+    return {"system": system, "mode": mode, "wall_s": wall, "tokens_per_s": 1000 / wall, "gpu_idle": idle, **kw}
+
+
+def test_blog_explainer_follows_each_system_and_records_a_failure():
+    from course_kit.streams.explain import explain_blog
+    rows = [_row("course engine", "sync", 10.0, 0.20), _row("course engine", "async", 8.0, 0.01),
+            _row("HF generate_batch", "sync", 20.0, 0.25),
+            {"system": "HF generate_batch", "mode": "async", "error": "RuntimeError: boom\nmore"}]
+    text = explain_blog(rows, {"claim": CLAIM, "model": "llama-3-8b", "batch": 32, "new_tokens": 256,
+                               "engine_tokens_identical": True})
+    assert "GPU idle 20.0% (sync) → 1.0% (async)" in text and "20.0% less time in async mode" in text
+    assert "at about the same as" not in text and "below the blog's 22%" not in text
+    assert "about the same as the blog's 22%" in text          # 20% vs 22%: within 10%
+    assert "sync mode ran at 50 tokens/s with the GPU idle 25.0%; async mode failed (RuntimeError: boom)" in text
+    assert "GPU idle 24% → 0.6% and 22% less time" in text and "tokens are identical" in text
+
+
+def test_blog_explainer_slower_and_below():
+    from course_kit.streams.explain import explain_blog
+    rows = [_row("course engine", "sync", 10.0), _row("course engine", "async", 12.0),
+            _row("HF generate_batch", "sync", 10.0, 0.3), _row("HF generate_batch", "async", 9.0, 0.1)]
+    text = explain_blog(rows, {"claim": CLAIM, "model": "tiny", "batch": 4, "new_tokens": 6,
+                               "engine_tokens_identical": False})
+    assert "20.0% more time in async mode" in text and "GPU idle not measured" in text
+    assert "10.0% less time in async mode, below the blog's 22%" in text
+    assert "tokens differ" in text

@@ -131,7 +131,14 @@ def run(params: dict) -> dict:
         summary.update({k: v for k, v in head.items() if k.startswith(("pass_", "sync_idle",
                                                                         "async_idle", "throughput_gain",
                                                                         "idle_removed", "speedup"))})
-    return {"params": {"models": models, "batches": batches, "requests_per_slot": per_slot,
+    # the async-batching blog's case (issue 20): on a full-size GPU run by default, else when asked
+    blog = None
+    if params.get("blog", size == "full"):
+        from .async_blog import run_blog_case
+        blog = run_blog_case(size, dtype, workload)
+        summary["blog"] = blog["summary"]
+    return {"blog_results": blog["rows"] if blog else [],
+            "params": {"models": models, "batches": batches, "requests_per_slot": per_slot,
                        "prompt_len": [lo, hi], "new_tokens": new_tokens, "dtype": str(dtype),
                        "policy": "continuous", "greedy": True},
             "results": rows, "summary": summary, "timelines": records}

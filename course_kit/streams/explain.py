@@ -106,3 +106,48 @@ def explain_pair(sync: Timeline | Iterable[Mapping], async_: Timeline | Iterable
                  device_name: str = "GPU") -> str:
     """`explain_overlap(overlap_figures(...))` in one call."""
     return explain_overlap(overlap_figures(sync, async_, lanes, device_lane), device_name)
+
+
+def _time_words(wall_sync: float, wall_async: float) -> tuple[float, str]:
+    saved = 1.0 - wall_async / wall_sync
+    if abs(saved) <= narrate.SAME_WITHIN:
+        return saved, f"about the same time in both modes (within {narrate.SAME_WITHIN:.0%})"
+    return saved, (f"{saved:.1%} less time in async mode" if saved > 0 else f"{-saved:.1%} more time in async mode")
+
+
+def explain_blog(rows: Sequence[Mapping], summary: Mapping) -> str:
+    """The async-batching blog's case from a record (`course-kit bench async`, `blog_results`): per
+    system, GPU idle sync -> async and the time saved, a failed mode with its error, then the claim."""
+    claim = summary["claim"]
+    by = {(r["system"], r["mode"]): r for r in rows}
+    lines = []
+    for system in dict.fromkeys(r["system"] for r in rows):
+        s, a = by.get((system, "sync"), {}), by.get((system, "async"), {})
+        failed = [f"{m} mode failed ({r['error'].splitlines()[0][:200]})" for m, r in (("sync", s), ("async", a))
+                  if r.get("error")]
+        if failed:
+            ran = [f"{m} mode ran at {r['tokens_per_s']:,.0f} tokens/s"
+                   + (f" with the GPU idle {r['gpu_idle']:.1%}" if r.get("gpu_idle") is not None else "")
+                   for m, r in (("sync", s), ("async", a)) if r and not r.get("error")]
+            lines.append(f"- **{system}**: " + "; ".join(ran + failed) + ".")
+            continue
+        if not s or not a:
+            continue
+        saved, words = _time_words(s["wall_s"], a["wall_s"])
+        idle = (f"GPU idle {s['gpu_idle']:.1%} (sync) → {a['gpu_idle']:.1%} (async)"
+                if s.get("gpu_idle") is not None and a.get("gpu_idle") is not None
+                else "GPU idle not measured (no GPU in this run)")
+        vs = ""
+        if abs(saved) > narrate.SAME_WITHIN:
+            where = narrate.above_or_below(saved, claim["time_saved"], same_within=0.1)
+            vs = (f", {'about the same as' if where == 'at' else where} the blog's "
+                  f"{claim['time_saved']:.0%}" if saved > 0 else "")
+        lines.append(f"- **{system}**: {idle}; throughput {s['tokens_per_s']:,.0f} → {a['tokens_per_s']:,.0f} "
+                     f"tokens/s, {words}{vs}.")
+    lines.append(f"The lecture's claim ({claim['source']}): on an {claim['model']} model at batch "
+                 f"{claim['batch']}, GPU idle {claim['sync_gpu_idle']:.0%} → {claim['async_gpu_idle']:.1%} and "
+                 f"{claim['time_saved']:.0%} less time ({claim['sync_s']} s → {claim['async_s']} s). Here: "
+                 f"{summary['model']}, batch {summary['batch']}, {summary['new_tokens']} new tokens per request"
+                 + ("; the engine's sync and async tokens are identical" if summary.get("engine_tokens_identical")
+                    else "; the engine's sync and async tokens differ") + ".")
+    return "\n".join(lines)
