@@ -63,7 +63,8 @@ def gpu_idle_from_profile(prof, label: str) -> float | None:
         dt = str(getattr(e, "device_type", ""))
         if e.name == label and "CPU" in dt:
             window = (e.time_range.start, e.time_range.end)
-        elif "CUDA" in dt:
+        elif "CUDA" in dt and not getattr(e, "is_user_annotation", False) and e.name != label:
+            # kernels, copies and memsets; a record_function range mirrored on the GPU is not work
             busy.append((e.time_range.start, e.time_range.end))
     return idle_fraction(busy, window)
 
