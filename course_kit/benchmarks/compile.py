@@ -5,7 +5,8 @@ Each mode compiles cold (its own empty Inductor/Triton cache folder), is checked
 from steady state. On a GPU it also counts launches, GPU kernels and GPU kernel time per call with
 the profiler and keeps the top kernels; the summary's `explain` compares the autotuned training step
 with `default` kernel by kernel (compile_modes.explain). Acceptance: reduce-overhead decode >= 3x
-eager; max-autotune(-no-cudagraphs) training step >= 1.2x eager.
+eager; max-autotune(-no-cudagraphs) training step >= 1.2x eager. The max-autotune rows carry what
+autotuning benchmarked and chose per op (`autotune_choices`, compile_modes.autotune).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import torch
 from .. import bench
 from .. import device as _device
 from ..compile_modes import GPU_MODES, check_mode, compile_with_mode, fresh_caches, graph_report
+from ..compile_modes.autotune import autotune_choices, clear_autotune_memory, summarise_choices
 from ..compile_modes.explain import explain_train
 from ..compile_modes.kernels import profile_launches
 from ..compile_modes.workloads import decode_reference, decode_setup, make_train_step, train_setup
@@ -25,7 +27,9 @@ from ..compile_modes.workloads import decode_reference, decode_setup, make_train
 # max-autotune (autotuning + CUDA graphs) can be added with params {"decode_modes": [...]}: it is left
 # out by default to keep the run near three minutes.
 DECODE_MODES = ["eager", "default", "reduce-overhead"]
-TRAIN_MODES = ["eager", "default", "max-autotune-no-cudagraphs"]
+# max-autotune with CUDA graphs on the training step (issue 20): its compile costs minutes, like
+# max-autotune-no-cudagraphs; each row records what autotuning chose (compile_modes.autotune).
+TRAIN_MODES = ["eager", "default", "max-autotune-no-cudagraphs", "max-autotune"]
 # A GPT-2-small-like width with few layers: compile time grows with the layers Dynamo unrolls, and
 # every layer has the same matmul shapes, so autotuning work does not.
 DECODE_MODEL = dict(preset="small_gpu", d_model=768, n_heads=12, n_layers=6, vocab=32768, seq_len=1024)
@@ -115,7 +119,9 @@ def measure_train(modes: list[str], device: str, spec: dict, batch: int, repeat:
         if not graphs:
             graphs = graph_report(step.loss_eager, data[0])
             torch._dynamo.reset()
-        with fresh_caches(cache_root), _autotune_limits(mode):
+        clear_autotune_memory()   # a cold autotune per mode, like the empty cache folder
+        skips0 = _skips()
+        with fresh_caches(cache_root), _autotune_limits(mode), autotune_choices() as choices:
             step = make_train_step(model, opt, compile_with_mode(step.loss_eager, mode), device_type=device)
             _sync(device)
             t0 = time.perf_counter()
@@ -130,6 +136,10 @@ def measure_train(modes: list[str], device: str, spec: dict, batch: int, repeat:
                      "correct": abs(loss0 - ref_loss) <= 2e-2 * abs(ref_loss), "first_call_s": first_s,
                      "compile_s": max(first_s - timing.median_s, 0.0), "steady_s": timing.median_s,
                      "spread": timing.spread, **prof})
+        rows[-1]["cudagraph_skips"] = _skips() - skips0
+        if "max-autotune" in mode:
+            rows[-1]["autotune_choices"] = list(choices)
+            rows[-1]["autotune_summary"] = summarise_choices(choices)
         del model, opt, data, step
         if device == "cuda":
             torch.cuda.empty_cache()

@@ -245,6 +245,20 @@ if ref is not None and ma:
                f"| `{d['kernel'][:60]}` | {d['peer_us']:.0f} | {d['us']:.0f} | {d['delta_us']:+.0f} |"
                for d in why["kernel_deltas"][:8]))
 
+# %% [markdown]
+# What did autotuning choose? Records made with the current bench keep, for each max-autotune mode,
+# every op Inductor autotuned: the candidates it benchmarked (cuBLAS through ATen, Triton templates
+# with their tile sizes) and the winner.
+
+# %%
+from course_kit.compile_modes.autotune import explain_choices
+
+tuned = [r for r in train_rows if "autotune_choices" in r] if ref is not None else []
+for r in tuned:
+    md(explain_choices(r["autotune_choices"], r["mode"]))
+if ref is not None and not tuned:
+    print("This record predates the autotuning log: run `course-kit bench compile` on a GPU to record the choices.")
+
 # %%
 if ref is not None:
     for rows_, label in ((decode_rows, "decode"), (train_rows, "training")):
