@@ -338,7 +338,8 @@ if GPU:
         outs = eng.generate(prompts[:k_req], short)
         speed[graphs] = eng.summary(outs)["throughput_tok_s"]
     md(f"Continuous batching on {k_req} requests: **{speed[False]:,.0f} tokens/s** launching kernels one "
-       f"by one, **{speed[True]:,.0f} tokens/s** replaying CUDA graphs ({speed[True] / speed[False]:.1f}x).")
+       f"by one, **{speed[True]:,.0f} tokens/s** replaying CUDA graphs "
+       f"({narrate.rate(speed[True], speed[False])} without them).")
 else:
     md("CUDA graphs need a CUDA GPU; on this machine the engine runs the PyTorch path step by step. "
        "The H200 record below was measured with graphs on.")

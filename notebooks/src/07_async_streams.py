@@ -128,9 +128,9 @@ if legacy_ms:
     text = "; ".join(f"{n}: **{ms:.2f} ms**" for n, ms in legacy_ms.items()) + ". "
     if len(legacy_ms) > 1:
         ratio = legacy_ms["blocking streams (cudaStreamCreate)"] / legacy_ms["non-blocking streams (PyTorch's)"]
-        text += (f"With blocking streams the same work took **{ratio:.2f}x** as long: "
-                 + ("the tiny default-stream op turned two overlapping kernels into a sequence."
-                    if ratio > 1.5 else "here the blocking streams were not slower (see the timelines)."))
+        text += (f"With blocking streams the same work ran **{narrate.ratio_words(1 / ratio)}** with non-blocking "
+                 "ones" + (": in the timelines the tiny default-stream op turned two overlapping kernels into a "
+                           "sequence." if ratio > 1.5 else " (compare the two timelines)."))
     else:
         text += "Blocking streams could not be created here (the CUDA runtime library was not reachable)."
     md(text)
