@@ -146,8 +146,9 @@ print("the traced program:\n" + baked["code"])
 print("warning while tracing:", baked["warnings"][0] if baked["warnings"] else "none")
 md(f"**What just happened.** On a negative input eager gives a sum of {baked['eager_sum']:.3f}; the trace "
    f"gives {baked['traced_sum']:.3f} (max |Δ| {baked['max_abs_diff']:.3f}), with no error. The traced code "
-   "has only the branch the example took. The only hint was a `TracerWarning` at capture time, easy to miss "
-   "in a log.")
+   "has only the branch the example took. "
+   + ("The only hint was a `TracerWarning` at capture time, easy to miss in a log." if baked["warnings"]
+      else "No warning was raised at capture time in this run."))
 
 # %% [markdown]
 # ### 4b. `script` refuses Python it doesn't know
