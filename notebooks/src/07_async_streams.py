@@ -381,7 +381,7 @@ md(f"On this machine ({'GPU' if ON_GPU else 'CPU, worker thread as the device'})
 show_source(async_bench.headline)
 
 # %%
-own = bench.run_topic("async", {"size": P["size"], "batches": SWEEP_BATCHES, "progress": False,
+own = bench.run_topic("async", {"size": P["size"], "batches": SWEEP_BATCHES, "progress": False, "blog": False,
                                 "models": [ENGINE_MODEL], "new_tokens": NEW_TOKENS})
 splots.idle_and_throughput(own["results"], x="batch", group="model",
                            title=f"This machine ({own['environment'].get('gpu') or 'CPU'})")
