@@ -39,7 +39,7 @@ CLAIM = {"source": "Hugging Face blog, R. Ouazan Reboul, P. Cuenca, A. Roy Gosth
 
 # the Llama-3-8B shape (published config: 32 layers, 4096 wide, 32 query / 8 KV heads, 14336 FFN)
 LLAMA3_8B = dict(vocab_size=128256, dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn_dim=14336,
-                 rope_theta=500000.0, max_seq_len=8192, name="llama-3-8b")
+                 rope_theta=500000.0, max_seq_len=8192, tie_embeddings=False, name="llama-3-8b")
 
 SIZES = {   # (model config or preset, requests = slots, prompt length range, new tokens, profiled new tokens)
     "full": ("llama-3-8b", 32, (128, 512), 256, 64),
