@@ -122,3 +122,9 @@ def test_blog_explainer_slower_and_below():
     assert "20.0% more time in async mode" in text and "GPU idle not measured" in text
     assert "10.0% less time in async mode, below the blog's 22%" in text
     assert "tokens differ" in text
+
+
+def test_blog_explainer_when_the_whole_case_failed():
+    from course_kit.streams.explain import explain_blog
+    text = explain_blog([], {"claim": CLAIM, "error": "OutOfMemoryError: CUDA out of memory\ntrace"})
+    assert "failed: OutOfMemoryError: CUDA out of memory." in text and "unchecked" in text

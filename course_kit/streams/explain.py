@@ -119,6 +119,9 @@ def explain_blog(rows: Sequence[Mapping], summary: Mapping) -> str:
     """The async-batching blog's case from a record (`course-kit bench async`, `blog_results`): per
     system, GPU idle sync -> async and the time saved, a failed mode with its error, then the claim."""
     claim = summary["claim"]
+    if summary.get("error"):
+        return (f"The run of this case failed: {summary['error'].splitlines()[0][:300]}. The lecture's claim "
+                f"({claim['source']}) stays unchecked here.")
     by = {(r["system"], r["mode"]): r for r in rows}
     lines = []
     for system in dict.fromkeys(r["system"] for r in rows):

@@ -427,7 +427,7 @@ show_source(async_blog.run_blog_case)
 
 # %%
 blog_rows = ref_async.get("blog_results") if ref_async else None
-if blog_rows:
+if ref_async and "blog" in ref_async["summary"]:
     md(explain_blog(blog_rows, ref_async["summary"]["blog"]))
 else:
     md("The reference record has no run of this case yet (it is part of `course-kit bench async` on a "
