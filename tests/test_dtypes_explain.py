@@ -45,3 +45,18 @@ def test_throughput_when_a_format_meets_its_ratio_or_bf16_is_missing():
     t = explain_throughput({}, rows, "GPU")
     assert "2.00x faster than bf16" in t and "fell short" not in t
     assert "no bf16" in explain_throughput({}, rows[1:], "GPU")
+
+
+def test_weight_only_sentence_both_directions_and_skips():
+    from course_kit.dtypes.explain import explain_weight_only
+    base = {"m": 16, "n": 8192, "weight_bytes": 2 * 8192**2}
+    rows = [dict(base, kind="bf16", median_s=100e-6, weight_gbs=1342.0),
+            dict(kind="int8", median_s=60e-6, weight_bytes=8192**2, weight_gbs=1118.0, kernel="k8",
+                 rel_error_vs_dequantised=2e-3, quantisation_error=0.007, group_size=None),
+            dict(kind="int4", median_s=150e-6, weight_bytes=8192**2 // 2, weight_gbs=224.0, kernel="k4",
+                 rel_error_vs_dequantised=2e-3, quantisation_error=0.1, group_size=128)]
+    t = explain_weight_only(rows, "On the GPU")
+    assert "1.67x faster than** bf16" in t and "1.50x slower than** bf16" in t and "groups of 128" in t
+    rows[2] = {"kind": "int4", "skipped": "RuntimeError: no kernel"}
+    assert "not run here (RuntimeError" in explain_weight_only(rows, "X")
+    assert "not measured" in explain_weight_only(rows[1:], "X")

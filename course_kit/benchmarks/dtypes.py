@@ -14,6 +14,7 @@ from typing import Callable, Iterator, Optional
 import torch
 
 from .. import bench, device
+from ..dtypes import woq
 
 __all__ = ["VARIANTS", "Variant", "make_inputs", "check_variant", "run"]
 
@@ -179,8 +180,91 @@ def run(params: dict) -> dict:
         peak = pk.tflops(v.dtype) if pk else None
         rows.append({**row, "tflops": tflops, "median_s": t.median_s, "spread": t.spread,
                      "peak_tflops": peak, "fraction_of_peak": tflops / peak if peak else None})
-    return {"params": {"n": n, "repeat": repeat, "rotate": rotate, "device": dev},
-            "results": rows, "summary": summarise(rows)}
+    wo_rows = weight_only(dev, n, int(params.get("wo_rows", 16)), repeat, rotate,
+                          int(params.get("group_size", 128)))
+    summary = summarise(rows)
+    summary.update(summarise_weight_only(wo_rows))
+    return {"params": {"n": n, "repeat": repeat, "rotate": rotate, "device": dev,
+                       "weight_only": {"m": int(params.get("wo_rows", 16)), "group_size": int(params.get("group_size", 128))}},
+            "results": rows, "weight_only": wo_rows, "summary": summary}
+
+
+WO_TOLERANCE = 2e-2   # bf16 output rounding against the fp32 matmul of the dequantised weights
+
+
+def _wo_case(kind: str, w: torch.Tensor, dev: str, group_size: int) -> tuple[Callable, torch.Tensor]:
+    """A function of x for one weight format, and the dequantised weights it multiplies by (fp32)."""
+    if kind == "bf16":
+        wb = w.to(device=dev, dtype=torch.bfloat16)
+        return (lambda x: torch.nn.functional.linear(x, wb)), wb.float()
+    if kind == "int8":
+        q, sc = woq.quantize_int8(w)
+        q, sc = q.to(dev), sc.to(dev)
+        return (lambda x: woq.int8_weight_only_mm(x, q, sc)[0]), woq.dequantize_int8(q, sc)
+    q, sz = woq.quantize_int4(w, group_size)
+    packed, sz_d = woq.pack_int4(q, dev), sz.to(dev)
+    return (lambda x: woq.int4_weight_only_mm(x, packed, sz_d, group_size)[0]), \
+        woq.dequantize_int4(q, sz.to(torch.bfloat16), group_size).to(dev)
+
+
+def weight_only(dev: str, n: int, m: int = 16, repeat: int = 10, rotate: int = 1,
+                group_size: int = 128) -> list[dict]:
+    """Decode-shaped matmuls, x[m, n] bf16 @ W[n, n]^T with W in bf16, int8 or int4 (weight-only):
+    each checked against the fp32 matmul of its dequantised weights, then timed on rotated weights.
+    Rows: time, weight bytes, weight GB/s, error against the dequantised oracle and the bf16 weights."""
+    g = torch.Generator().manual_seed(0)
+    rows: list[dict] = []
+    # int4 groups must divide K = n: the requested size, else the largest kernel-supported one that does
+    group_size = next((s for s in (group_size, 256, 128, 64, 32) if s in (32, 64, 128, 256) and n % s == 0), 0)
+    for kind in ("bf16", "int8", "int4"):
+        row = {"name": f"{kind} weights", "kind": kind, "m": m, "n": n, "group_size": group_size if kind == "int4" else None}
+        if kind == "int4" and not group_size:
+            rows.append({**row, "skipped": f"no int4 group size (32..256) divides n={n}"})
+            continue
+        try:
+            # correctness at a small size first, on this device's kernel
+            ws = torch.randn(256, 512, generator=g)
+            xs = torch.randn(8, 512, generator=g).to(device=dev, dtype=torch.bfloat16)
+            fn, deq = _wo_case(kind, ws, dev, min(group_size, 128))
+            out = fn(xs)
+            ref = xs.double() @ deq.double().T
+            err = ((out.double() - ref).norm() / ref.norm()).item()
+            if err > WO_TOLERANCE:
+                raise AssertionError(f"{kind} weight-only matmul on {dev}: relative error {err:.3g} exceeds "
+                                     f"{WO_TOLERANCE:g} against the dequantised fp32 weights")
+            row["rel_error_vs_dequantised"] = err
+            row["quantisation_error"] = ((deq.cpu().double() - ws.double()).norm() / ws.double().norm()).item()
+            row["kernel"] = (woq.int8_weight_only_mm(xs, *woq.quantize_int8(ws.to(dev)))[1] if kind == "int8" else
+                             "aten.linear (bf16)" if kind == "bf16" else
+                             ("aten._weight_int4pack_mm_for_cpu" if dev == "cpu" else "aten._weight_int4pack_mm"))
+            weights = [torch.randn(n, n, generator=g) for _ in range(max(rotate, 1))]
+            fns = [_wo_case(kind, w, dev, group_size)[0] for w in weights]
+            x = torch.randn(m, n, generator=g).to(device=dev, dtype=torch.bfloat16)
+            del weights
+        except (RuntimeError, NotImplementedError, TypeError, AttributeError) as err:
+            rows.append({**row, "skipped": f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"})
+            continue
+        t = bench.guard_oom(lambda: bench.timeit(lambda f: f(x), warmup=5, repeat=repeat,
+                                                 inputs=[(f,) for f in fns], device=dev),
+                            what=f"{kind} weight-only matmul at n={n}")
+        del fns
+        if isinstance(t, bench.Skipped):
+            rows.append({**row, "skipped": t.reason})
+            continue
+        nbytes = woq.weight_bytes(n, n, kind, group_size)
+        rows.append({**row, "median_s": t.median_s, "spread": t.spread, "weight_bytes": nbytes,
+                     "weight_gbs": nbytes / t.median_s / 1e9})
+    return rows
+
+
+def summarise_weight_only(rows: list[dict]) -> dict:
+    """Speed of the int8 and int4 weight-only matmuls against bf16 weights, measured in the same run."""
+    t = {r["kind"]: r.get("median_s") for r in rows}
+    out = {}
+    for k in ("int8", "int4"):
+        if t.get(k) and t.get("bf16"):
+            out[f"{k}_weight_only_speedup_vs_bf16"] = t["bf16"] / t[k]
+    return out
 
 
 def summarise(rows: list[dict]) -> dict:

@@ -66,3 +66,29 @@ def explain_throughput(summary: Mapping, results: list[Mapping], gpu: str, n: in
                              f"the record does not show why")
         lines.append(text + ".")
     return "\n".join(lines)
+
+
+def explain_weight_only(rows: list[Mapping], where: str) -> str:
+    """Weight-only int8/int4 against bf16 weights (issue 20): time, weight bytes moved per second,
+    the error against the dequantised weights (the kernel's own) and the quantisation error."""
+    by = {r["kind"]: r for r in rows}
+    b = by.get("bf16")
+    if not b or not b.get("median_s"):
+        return f"{where}: the bf16 peer was not measured, so nothing is compared."
+    m, n = b["m"], b["n"]
+    lines = [f"{where}, x[{m} x {n:,}] (bf16) times a {n:,} x {n:,} weight matrix: bf16 weights "
+             f"{b['median_s'] * 1e6:,.1f} µs ({b['weight_gbs']:,.0f} GB/s of weights read)."]
+    for k in ("int8", "int4"):
+        r = by.get(k)
+        if r is None:
+            continue
+        if r.get("skipped"):
+            lines.append(f"- {k}: not run here ({r['skipped']}).")
+            continue
+        gs = f", groups of {r['group_size']}" if r.get("group_size") else ""
+        lines.append(f"- {k} weights{gs} (`{r['kernel']}`): {r['median_s'] * 1e6:,.1f} µs, "
+                     f"**{narrate.speed(r['median_s'], b['median_s'])}** bf16 weights, reading "
+                     f"{b['weight_bytes'] / r['weight_bytes']:.1f}x fewer bytes ({r['weight_gbs']:,.0f} GB/s of weights); "
+                     f"result within {r['rel_error_vs_dequantised']:.1e} of the fp32 matmul of its dequantised "
+                     f"weights, which differ from the originals by {r['quantisation_error']:.1%}.")
+    return "\n".join(lines)

@@ -44,7 +44,7 @@ import torch
 from course_kit import dtypes, memory, narrate, notebook, widgets
 from course_kit.benchmarks import dtypes as bench_dtypes
 from course_kit.dtypes import ops
-from course_kit.dtypes.explain import explain_range_precision, explain_throughput
+from course_kit.dtypes.explain import explain_range_precision, explain_throughput, explain_weight_only
 from course_kit.notebook import md, show_source
 from course_kit.plots import dtypes as dplots
 from course_kit.plots import memory as mplots
@@ -385,6 +385,27 @@ fig
 rec = own or ref
 if rec is not None:
     md(explain_throughput(rec["summary"], rec["results"], rec["environment"].get("gpu"), rec["params"].get("n")))
+
+# %% [markdown]
+# ### Weight-only int8 and int4, in practice
+#
+# A decode step multiplies a few activation rows by large weight matrices, so it is bound by the
+# bytes of the weights (notebook 00's roofline). Weight-only quantisation stores the weights in 8 or
+# 4 bits and dequantises them inside the matmul kernel; activations stay bf16. PyTorch's kernels:
+# `torch._weight_int8pack_mm` (int8, one scale per output row) and `torch._weight_int4pack_mm`
+# (int4 in groups of 128 along K, a scale and a zero per group). Each is checked against the fp32
+# matmul of its own dequantised weights, here at a small size:
+
+# %%
+show_source(bench_dtypes.weight_only)
+
+# %%
+wo_live = bench_dtypes.weight_only(P["device"], 256 if P["smoke"] else 1024, 16, repeat=5)
+md(explain_weight_only(wo_live, f"On this {P['device']}"))
+if ref is not None and ref.get("weight_only"):
+    md(explain_weight_only(ref["weight_only"], f"On the {ref['environment'].get('gpu')}"))
+elif ref is not None:
+    print("The reference record predates the weight-only rows: run `course-kit bench dtypes` on a GPU to add them.")
 
 # %% [markdown]
 # ## Exercises
