@@ -69,3 +69,16 @@ def test_bench_weight_only_rows_on_cpu():
     s = bd.summarise_weight_only(rows)
     assert s["int4_weight_only_speedup_vs_bf16"] == pytest.approx(by["bf16"]["median_s"] / by["int4"]["median_s"])
     assert "skipped" in bd.weight_only("cpu", 48, m=2, repeat=1)[2]      # no group size divides 48
+
+
+@pytest.mark.gpu
+def test_weight_only_kernels_on_cuda_match_the_dequantised_weights():
+    x, w = _data(m=16, n=256, k=512)
+    xb = x.to("cuda", torch.bfloat16)
+    q, s = woq.quantize_int8(w)
+    y8, _ = woq.int8_weight_only_mm(xb, q.cuda(), s.cuda())
+    assert _rel(y8.cpu(), xb.cpu().double() @ woq.dequantize_int8(q, s).double().T) < 1e-2
+    q4, sz = woq.quantize_int4(w, 128)
+    y4, path = woq.int4_weight_only_mm(xb, woq.pack_int4(q4, "cuda"), sz, 128)
+    ref = xb.cpu().double() @ woq.dequantize_int4(q4, sz.to(torch.bfloat16), 128).double().T
+    assert path == "aten._weight_int4pack_mm" and _rel(y4.cpu(), ref) < 1e-2
