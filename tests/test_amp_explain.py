@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gc
 import json
-import math
 from pathlib import Path
 
 import pytest

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
-import torch
 
 
 def _shape(node: Any) -> list:

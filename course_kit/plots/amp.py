@@ -93,7 +93,9 @@ def time_and_memory(runs: Mapping[str, Any] | Sequence[Any], warmup: int = 3,
         else:
             t = sorted(d["times_s"][warmup:] or d["times_s"])
             med.append(t[len(t) // 2])
-    peak = [d.get("peak_mem_bytes") or (d.get("peak_mem_gib") or 0) * 2**30 for d in rows]
+    # A live run's peak counts from what was already allocated (its data, earlier work): subtract it.
+    peak = [(d["peak_mem_bytes"] - (d.get("base_mem_bytes") or 0)) if d.get("peak_mem_bytes")
+            else (d.get("peak_mem_gib") or 0) * 2**30 for d in rows]
     saved = [d.get("saved_bytes") or (d.get("saved_activation_gib") or 0) * 2**30 for d in rows]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("median step time (ms)", "memory (GiB, 2^30 bytes)"))
     fig.add_bar(x=names, y=[m * 1e3 for m in med], marker_color=[_COLORS.get(n) for n in names],
