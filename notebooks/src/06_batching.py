@@ -362,7 +362,7 @@ else:
     md(f"On **{record['environment'].get('gpu', 'the GPU')}**, both in the engine's {mode} loop: continuous "
        f"batching reached **{x(pairs[mode][1]['throughput_tok_s'], ',.0f')} tokens/s**, "
        f"**{x(sm['continuous_vs_static'], '.2f')}x** the throughput of static batching. On the same "
-       f"{sm['peer_subset_requests']} requests the engine (the faster of its sync and async modes, notebook 07) "
+       f"{sm['peer_subset_requests']} requests the engine (its sync or async mode, whichever had the higher throughput; notebook 07) "
        f"reached **{x(sm['engine_vs_hf_generate'])}x** the throughput of HF `generate` and "
        f"**{x(sm['engine_vs_hf_generate_batch'])}x** that of HF `generate_batch`.")
     rows = []
