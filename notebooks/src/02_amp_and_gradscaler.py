@@ -128,9 +128,11 @@ hists = {name: amp.log2_hist(a["mags"]) for name, a in acts32.items()}
 md("| gradient of | dtype under fp16 autocast | exactly zero in fp16 | median size in fp32 |\n|---|---|---|---|\n" +
    "\n".join(f"| {n} | {acts16[n]['dtype']} | {acts16[n]['zero']:.1%} | 2^{torch.log2(a['mags'].median()).item():.1f} |"
               for n, a in acts32.items()))
+logit_zero_fp16 = acts16["logits"]["zero"]
+del acts32, acts16, probe_model      # keep the histograms and one number, not the gradients themselves
 
 # %%
-md(amp.explain_logit_grads(BATCH * (cfg.seq_len), cfg.vocab, acts16["logits"]["zero"], where="this run"))
+md(amp.explain_logit_grads(BATCH * (cfg.seq_len), cfg.vocab, logit_zero_fp16, where="this run"))
 
 # %% [markdown]
 # **The loss-scale explorer.** The histogram is the true (fp32) gradient of the logits, or of a
@@ -235,7 +237,7 @@ md(amp_explain.explain_step_speed(t, DEVICE) + "\n\n"
    + f"The weights' gradients (fp32) that were exactly zero, averaged over the steps: fp16 without a scaler "
      f"**{zero['fp16_noscale']:.3%}**, with the scaler {zero['fp16_scaler']:.3%}, fp32 {zero['fp32']:.3%}. "
    + "Final losses: " + ", ".join(f"{m} {r.losses[-1]:.3f}" for m, r in runs.items()) + ".\n\n"
-   + amp.explain_logit_grads(BATCH * cfg.seq_len, cfg.vocab, acts16["logits"]["zero"],
+   + amp.explain_logit_grads(BATCH * cfg.seq_len, cfg.vocab, logit_zero_fp16,
                              runs["fp16_noscale"].losses, where="this run")
    + "".join(f"\n- {', '.join(f'`{m}`' for m in runs if amp.note(m, DEVICE) == n)}: {n}"
              for n in dict.fromkeys(amp.note(m, DEVICE) for m in runs) if n))
