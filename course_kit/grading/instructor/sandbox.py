@@ -31,7 +31,8 @@ UIDS_PER_SESSION = 100_000
 
 def session_uids(pid: int | None = None) -> range:
     """The sandbox uids of one grading process: disjoint from other graders running at once."""
-    start = UID_BASE + ((os.getpid() if pid is None else pid) % 10_000) * UIDS_PER_SESSION
+    # bubblewrap takes uids as signed 32-bit numbers: stay below 2**31
+    start = UID_BASE + ((os.getpid() if pid is None else pid) % 2_000) * UIDS_PER_SESSION
     return range(start, start + UIDS_PER_SESSION)
 
 
