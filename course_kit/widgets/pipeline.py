@@ -38,6 +38,10 @@ class PipelineSchedules:
             w.observe(self.update, names="value")
         self.widget = W.VBox([self.kind, W.HBox([self.p, self.m]), W.HBox([self.v, self.t_b]),
                               self.text, self.out])
+        # CSS hooks for the browser test (tests/test_browser_nb09.py)
+        self.widget.add_class("ck-pipeline-schedules")
+        self.text.add_class("ck-pipeline-text")
+        self.out.add_class("ck-pipeline-fig")
         self.update()
 
     def update(self, change: object = None) -> None:
