@@ -71,8 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--out", required=True)
     v.add_argument("--hidden", default=None)
     args = parser.parse_args(argv)
-    if args.hidden:
-        registry.load_hidden(Path(args.hidden))
+    job = json.loads(Path(args.job).read_text()) if args.command == "verdict" else None
+    if args.hidden:   # only the notebooks at hand: each hidden module may import torch and lessons
+        ids = args.ids if job is None else [c["id"] for c in job["checks"]]
+        registry.load_hidden(Path(args.hidden), {str(i)[:2] for i in ids})
     if args.command == "prepare":
         for exercise_id in args.ids:   # public checker modules load by notebook number, on demand
             try:
@@ -85,7 +87,6 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         prepare(args.ids, Path(args.out))
         return 0
-    job = json.loads(Path(args.job).read_text())
     result = judge(job)
     tmp = Path(args.out).with_suffix(".tmp")
     tmp.write_text(json.dumps(result))

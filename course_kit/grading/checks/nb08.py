@@ -1,8 +1,11 @@
-"""Checks for notebook 08 (flash attention): the online-softmax update and one tiled block step.
+"""Checks for notebook 08 (flash attention): merging two partial softmax states inside a Triton
+kernel (flash-decoding's combine), and predicting, measuring and explaining the causal kernel's tiles
+and HBM traffic.
 
-The oracles are the definitions, in float64: after columns 0..j the running max is the max of
-those columns and the running sum is sum(exp(x - max)) over them; likewise for the tiled state.
-Every step is probed from the *right* previous state, so one wrong step cannot hide behind another.
+Oracles: for 08.merge_states, the merge computed in float64 from the very float32 states the
+learner's kernel was given (the states themselves are built from real scores and values, in
+float64, by the definition of m, l and acc); for 08.causal_traffic, the course's own tile rule and
+IO counts (attention.tiles, attention.io_complexity), which the notebook's figures and widget read.
 """
 from __future__ import annotations
 
@@ -11,79 +14,144 @@ import torch
 from course_kit import grading
 from course_kit.grading.checks import feedback
 
-_TOL = 1e-9
+# ---- 08.merge_states ----------------------------------------------------------------------------
+
+# (label for messages, rows, head dim, keys in part 1, keys in part 2, shift of part 2's scores,
+#  rows whose part 1 / part 2 saw no key). Scores are in base-2 units, as the course kernel keeps m.
+MERGE_CASES = [
+    ("random parts of similar scale", 16, 32, 8, 11, 0.0, (), ()),
+    ("part 2's scores far above part 1's", 16, 32, 12, 5, 30.0, (), ()),
+    ("part 1's scores a few units above part 2's", 8, 16, 6, 9, -4.0, (), ()),
+    ("scores near 200 (2^200 overflows float32 unless the max is subtracted)", 16, 64, 7, 7, 3.0, (), ()),
+    ("a head dim that is not a power of two and rows with very different maxima", 5, 24, 9, 4, None, (), ()),
+    ("one part empty on some rows (m = -inf, l = 0, acc = 0: a slice past a short context)",
+     12, 32, 10, 6, 1.0, (0, 1, 2, 3), (4, 5, 6, 7)),
+    ("both parts empty on some rows (padding rows: the merge must stay empty, with no NaN)",
+     8, 16, 5, 5, -1.0, (0, 3, 5), (0, 3, 6)),
+    ("70 rows (several programs of the launcher)", 70, 32, 16, 16, None, (), ()),
+]
 
 
-def _update_cases() -> list[tuple]:
-    g = torch.Generator().manual_seed(8)
-    x = torch.randn(3, 40, generator=g, dtype=torch.float64) * 30 + 500     # exp(x) overflows without a max
+def _partial(scores: torch.Tensor, values: torch.Tensor, empty: tuple) -> tuple[torch.Tensor, ...]:
+    """(m, l, acc) of one part, float64, by definition: m = max s, l = sum 2^(s - m), acc = sum 2^(s - m) v."""
+    m = scores.amax(-1)
+    p = torch.exp2(scores - m.unsqueeze(-1))
+    l, acc = p.sum(-1), p @ values
+    rows = list(empty)
+    m[rows], l[rows], acc[rows] = float("-inf"), 0.0, 0.0
+    return m, l, acc
+
+
+def _merge_cases() -> list[tuple]:
+    g = torch.Generator().manual_seed(808)
     cases = []
-    m = torch.full((3,), float("-inf"), dtype=torch.float64)
-    l = torch.zeros(3, dtype=torch.float64)
-    for start in range(0, 40, 7):
-        cases.append((m.clone(), l.clone(), x[:, start:start + 7].clone()))
-        seen = x[:, :start + 7]
-        m = seen.amax(-1)
-        l = torch.exp(seen - m.unsqueeze(-1)).sum(-1)
+    for i, (_, rows, d, n1, n2, shift, empty1, empty2) in enumerate(MERGE_CASES):
+        base = 200.0 if i == 3 else 0.0
+        if shift is None:   # each row its own shift, so some rows' max comes from each part
+            shift_rows = torch.empty(rows, 1, dtype=torch.float64).uniform_(-12, 12, generator=g)
+        else:
+            shift_rows = torch.full((rows, 1), shift, dtype=torch.float64)
+        s1 = torch.randn(rows, n1, generator=g, dtype=torch.float64) * 3 + base
+        s2 = torch.randn(rows, n2, generator=g, dtype=torch.float64) * 3 + base + shift_rows
+        v1 = torch.randn(n1, d, generator=g, dtype=torch.float64)
+        v2 = torch.randn(n2, d, generator=g, dtype=torch.float64)
+        parts = _partial(s1, v1, empty1) + _partial(s2, v2, empty2)
+        cases.append(tuple(t.to(torch.float32) for t in parts))
     return cases
 
 
-UPDATE_HINT = """The new max is the larger of the old max and this block's max. The old sum was taken
-relative to the old max, so rescale it by exp(m_old - m_new) before adding this block's
-sum(exp(x_block - m_new)). Start values are m = -inf and l = 0: exp(-inf) is 0, which is right."""
+def merge_reference(m1, l1, acc1, m2, l2, acc2) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The merged (m, l, acc), in float64 from the given states, as float32 (the kernel's dtype)."""
+    m1, l1, acc1, m2, l2, acc2 = (t.double() for t in (m1, l1, acc1, m2, l2, acc2))
+    m = torch.maximum(m1, m2)
+    empty = torch.isinf(m) & (m < 0)
+    safe = torch.where(empty, torch.zeros_like(m), m)
+    a1, a2 = torch.exp2(m1 - safe), torch.exp2(m2 - safe)
+    l = l1 * a1 + l2 * a2
+    acc = acc1 * a1.unsqueeze(-1) + acc2 * a2.unsqueeze(-1)
+    return m.float(), l.float(), acc.float()
 
 
-@grading.exercise("08.online_update", cases=_update_cases, hint=UPDATE_HINT)
-def online_update(fn) -> None:
-    for m, l, block in _update_cases():
-        got = fn(m, l, block)
-        if not (isinstance(got, tuple) and len(got) == 2):
-            raise grading.Wrong(f"online_update: expected a tuple (m, l), found {feedback.describe(got)}")
-        first = bool(torch.isinf(m).all())
-        where = "the first block" if first else f"a block of {block.shape[-1]} columns after earlier blocks"
-        m_ref = torch.maximum(m, block.amax(-1))
-        l_ref = l * torch.exp(m - m_ref) + torch.exp(block - m_ref.unsqueeze(-1)).sum(-1)
-        feedback.tensor(got[0], m_ref, f"running max on {where}", rtol=_TOL, atol=0)
-        feedback.tensor(got[1], l_ref, f"running sum on {where} (rescaled by exp(m_old - m_new)?)",
-                        rtol=_TOL, atol=0)
+MERGE_HINT = """The merged max is the larger of the two maxima. Each part's sum and accumulator were
+taken relative to its own max, so scale part i by 2^(m_i - m) (tl.math.exp2) before adding: l and acc
+alike (acc row by row: a factor of shape [ROWS] becomes [ROWS, 1] with [:, None]). An empty part has
+m = -inf, and 2^(-inf - m) = 0 is right; but when both parts are empty, -inf - (-inf) is NaN:
+subtract a max that tl.where has replaced by 0 on those rows."""
 
 
-def _block_cases() -> list[tuple]:
-    g = torch.Generator().manual_seed(80)
-    q = torch.randn(2, 16, 8, generator=g, dtype=torch.float64)
-    k = torch.randn(2, 40, 8, generator=g, dtype=torch.float64) * 3
-    v = torch.randn(2, 40, 8, generator=g, dtype=torch.float64)
-    scale = 8 ** -0.5
-    m = torch.full((2, 16), float("-inf"), dtype=torch.float64)
-    l = torch.zeros(2, 16, dtype=torch.float64)
-    acc = torch.zeros(2, 16, 8, dtype=torch.float64)
-    cases = []
-    for start in range(0, 40, 16):
-        kb, vb = k[:, start:start + 16].clone(), v[:, start:start + 16].clone()
-        cases.append((q, kb, vb, m.clone(), l.clone(), acc.clone(), scale))
-        s = q @ k[:, :start + 16].transpose(-2, -1) * scale   # everything seen so far, at once
-        m = s.amax(-1)
-        p = torch.exp(s - m.unsqueeze(-1))
-        l, acc = p.sum(-1), p @ v[:, :start + 16]
-    return cases
+@grading.exercise("08.merge_states", cases=_merge_cases, hint=MERGE_HINT)
+def merge_states(fn) -> None:
+    """fn(m1, l1, acc1, m2, l2, acc2) -> (m, l, acc): the learner's @triton.jit helper, run by the
+    notebook's launcher on each case (float32 CPU tensors in and out)."""
+    for (label, *_), case in zip(MERGE_CASES, _merge_cases()):
+        got = fn(*case)
+        if not (isinstance(got, (tuple, list)) and len(got) == 3):
+            raise grading.Wrong(f"merge on {label}: expected a tuple (m, l, acc), found {feedback.describe(got)}")
+        for name, found, want in zip(("m", "l", "acc"), got, merge_reference(*case)):
+            finite = want[torch.isfinite(want)]
+            scale = float(finite.abs().max()) if finite.numel() else 1.0
+            # float32 accuracy: a few roundings of each term, relative to the row's magnitude
+            feedback.tensor(found, want, f"{name} on {label}", rtol=2e-5, atol=2e-6 * scale)
 
 
-BLOCK_HINT = """Scores s = q_blk @ k_blk^T * scale. New max m_new = max(m, s.amax(-1)); the rescale
-factor alpha = exp(m - m_new). p = exp(s - m_new[..., None]). Then l_new = l * alpha + p.sum(-1)
-and acc_new = acc * alpha[..., None] + p @ v_blk. Normalising (acc / l) happens only at the end."""
+# ---- 08.causal_traffic --------------------------------------------------------------------------
+
+TRAFFIC = {"head_dim": 128, "block_m": 128, "block_n": 64, "tiles_seq_len": 1950,
+           "ratio_seq_lens": (2048, 4096, 8192, 16384)}
+CHOICES = ("A", "B", "C", "D")
+CAUSE = "C"   # both counts grow as S squared: see the options in the notebook's task
 
 
-@grading.exercise("08.tiled_block", cases=_block_cases, hint=BLOCK_HINT)
-def tiled_block(fn) -> None:
-    for i, (q, kb, vb, m, l, acc, scale) in enumerate(_block_cases()):
-        got = fn(q, kb, vb, m, l, acc, scale)
-        if not (isinstance(got, tuple) and len(got) == 3):
-            raise grading.Wrong(f"block_step: expected a tuple (m, l, acc), found {feedback.describe(got)}")
-        s = q @ kb.transpose(-2, -1) * scale
-        m_ref = torch.maximum(m, s.amax(-1))
-        alpha = torch.exp(m - m_ref)
-        p = torch.exp(s - m_ref.unsqueeze(-1))
-        ref = (m_ref, l * alpha + p.sum(-1), acc * alpha.unsqueeze(-1) + p @ vb)
-        where = "the first key block" if i == 0 else f"key block {i + 1} (after earlier blocks)"
-        for name, f, e in zip(("m", "l", "acc"), got, ref):
-            feedback.tensor(f, e, f"{name} on {where}", rtol=_TOL, atol=_TOL)
+def traffic_answers() -> dict:
+    """The oracle of 08.causal_traffic, from the course's tile rule and IO counts."""
+    from course_kit.attention import io_complexity, tiles
+    t = TRAFFIC
+    counts = tiles.tile_counts(tiles.tile_grid(t["tiles_seq_len"], t["block_m"], t["block_n"], causal=True))
+    ratios = [io_complexity.standard_accesses(s, t["head_dim"], causal=True)
+              / io_complexity.kernel_accesses(s, t["head_dim"], t["block_m"], t["block_n"], causal=True)
+              for s in t["ratio_seq_lens"]]
+    # standard causal ~ 6 S^2, kernel ~ d S^2 / BLOCK_M: their leading terms' quotient
+    return {"tiles": counts[tiles.FULL] + counts[tiles.MASKED], "ratios": ratios,
+            "limit": 6 * t["block_m"] / t["head_dim"], "cause": CAUSE}
+
+
+TRAFFIC_HINT = """Measure with the functions that draw the figures above: tiles.tile_counts(tiles.tile_grid(
+S, BLOCK_M, BLOCK_N, causal=True)) counts tiles of each kind (computed = no mask + masked; at a ragged
+end, look at what the last query block can see); io_complexity.standard_accesses(S, d, causal=True) and
+io_complexity.kernel_accesses(S, d, BLOCK_M, BLOCK_N, causal=True) count element accesses. For the
+limit, compare the terms of both counts that grow fastest with S, or measure at much larger S."""
+
+
+def _int(found, what: str, want: int) -> None:
+    if isinstance(found, bool) or not isinstance(found, int):
+        raise grading.Wrong(f"{what}: expected an int, found {feedback.describe(found)}", expected=want)
+    grading.expect(found == want, f"{what} is wrong", want, found)
+
+
+def _choice(found, what: str) -> None:
+    if not (isinstance(found, str) and found.strip().upper() in CHOICES):
+        raise grading.Wrong(f"{what}: expected one of {', '.join(repr(c) for c in CHOICES)}, "
+                            f"found {found!r}"[:300])
+
+
+@grading.exercise("08.causal_traffic", hint=TRAFFIC_HINT)
+def causal_traffic(prediction, tiles, ratios, limit, cause) -> None:
+    """prediction: {"tiles": int, "doubling": letter}, recorded before measuring (its accuracy is
+    not graded); tiles: int; ratios: list of 4 numbers (one per S in TRAFFIC); limit: number; cause: letter."""
+    want = traffic_answers()
+    if not (isinstance(prediction, dict) and {"tiles", "doubling"} <= set(prediction)):
+        raise grading.Wrong("PREDICTION must be recorded before measuring: a dict with keys 'tiles' and "
+                            f"'doubling', found {feedback.describe(prediction)}")
+    if isinstance(prediction["tiles"], bool) or not isinstance(prediction["tiles"], int):
+        raise grading.Wrong(f"PREDICTION['tiles'] must be an int, found {feedback.describe(prediction['tiles'])}")
+    _choice(prediction["doubling"], "PREDICTION['doubling']")
+    _int(tiles, f"tiles computed at S = {TRAFFIC['tiles_seq_len']}", want["tiles"])
+    lens = TRAFFIC["ratio_seq_lens"]
+    if not (isinstance(ratios, (list, tuple)) and len(ratios) == len(lens)):
+        raise grading.Wrong(f"RATIOS: expected a list of {len(lens)} numbers (S = {', '.join(map(str, lens))}), "
+                            f"found {feedback.describe(ratios)}")
+    for s, found, w in zip(lens, ratios, want["ratios"]):
+        feedback.number(found, w, f"traffic ratio (standard / kernel) at S = {s}", rel=1e-6)
+    feedback.number(limit, want["limit"], "the ratio's limit as S grows", rel=5e-3)
+    _choice(cause, "CAUSE")
+    grading.expect(cause.strip().upper() == want["cause"], "CAUSE names the wrong reason", want["cause"], cause)

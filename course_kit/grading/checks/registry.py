@@ -76,9 +76,12 @@ def load_public(exercise_id: str | None = None) -> None:
             importlib.import_module(f"{checks.__name__}.{info.name}")
 
 
-def load_hidden(folder: Path) -> None:
-    """Import every hidden checker module of the instructor's folder (by path, not by package)."""
+def load_hidden(folder: Path, notebooks: set[str] | None = None) -> None:
+    """Import the hidden checker modules of the instructor's folder (by path, not by package):
+    all of them, or only nbNN.py for the notebook numbers NN given."""
     for path in sorted(Path(folder).glob("*.py")):
+        if notebooks is not None and path.stem[2:4] not in notebooks:
+            continue
         name = f"_course_kit_hidden_{path.stem}"
         if name in sys.modules:
             continue
