@@ -393,10 +393,6 @@ if record is not None and record.get("timelines"):
                                       title="KV-cache blocks in use, per policy (reference run)"))
 
 # %% [markdown]
-# ## Serving under load
-# The latency-vs-load figure follows.
-
-# %% [markdown]
 # ## 6. Serving: an async endpoint under concurrent clients
 #
 # `course_kit.serve` wraps the engine in a FastAPI app: one asyncio task owns the engine and runs a
@@ -457,6 +453,41 @@ md(f"With **{max(CONCURRENCY)} concurrent streaming clients**, p50 latency was "
    + ", ".join(f"{p} {r['latency_p50_s']:.2f} s" for p, r in top.items())
    + "; served throughput " + ", ".join(f"{p} {r['throughput_tok_s']:,.0f}" for p, r in top.items())
    + " tokens/s. Every server ended with all its KV blocks free.")
+
+# %% [markdown]
+# ### Latency against load: where the queue starts
+#
+# The concurrent clients above wait for one another: a closed loop, where a slow server simply gets
+# fewer requests. Users do not wait: requests arrive at some **rate** whether or not the earlier
+# ones are done (an open loop), so a server that falls behind builds a queue, and the queue shows
+# first in the **time to first token** (TTFT). `course-kit bench serving` sends Poisson arrivals at
+# a sweep of rates, each a fraction of the server's *saturation capacity* (the rate at which it
+# completes requests when every request is queued at once), with prompt and output lengths drawn
+# from the chat trace in `data/traces/`. Streaming clients on localhost measure, at each rate, TTFT
+# (from the moment each request was due) and time per output token (TPOT), p50 and p99, and the
+# rate at which p99 TTFT crosses one second: the **knee**. The peer is Hugging Face's own server,
+# `transformers serve --continuous-batching`, on the same weights and the same token ids; the course
+# engine's offline throughput on the same requests, with no HTTP, is the ceiling.
+#
+# The knee is found by linear interpolation between the last rate under the line and the first
+# at or over it:
+
+# %%
+from course_kit import loadgen
+from course_kit.plots import serving as splots
+show_source(loadgen.crossing)
+
+# %%
+serving_record = notebook.record("serving")
+if serving_record is not None:
+    display(splots.latency_vs_load(serving_record))
+
+# %% [markdown]
+# #### What just happened
+
+# %%
+if serving_record is not None:
+    md(loadgen.describe(serving_record))
 
 # %% [markdown]
 # ## Exercise: the continuous admission rule
