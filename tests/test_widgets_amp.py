@@ -51,3 +51,12 @@ def test_scaler_stepper_buttons():
     assert len(s.figure.data[0].y) == 5
     s.buttons["reset"].click()
     assert s.pair.events == [] and s.pair.scales["course"] == [2.0**16]
+
+
+def test_loss_curves_give_every_mode_its_own_panel():
+    from course_kit.plots.amp import loss_curves
+    runs = [{"name": m, "losses": [4.0, 3.0, 2.0]} for m in ("fp32", "tf32", "bf16", "fp16_scaler", "fp16_noscale")]
+    fig = loss_curves(runs)
+    own = [t for t in fig.data if t.name in {r["name"] for r in runs} and t.line.color != "#bbbbbb"]
+    assert len(own) == 5 and len({t.xaxis for t in own}) == 5     # identical curves, five panels
+    assert [a.text for a in fig.layout.annotations][4] == "fp16_noscale: last 2.000"

@@ -23,27 +23,25 @@ def _rows(runs: Mapping[str, Any] | Sequence[Any]) -> list[dict]:
     return out
 
 
-_DASHES = {"fp32": "solid", "tf32": "dot", "bf16": "dash", "fp16_scaler": "dashdot", "fp16_noscale": "longdash"}
-
-
 def loss_curves(runs: Mapping[str, Any] | Sequence[Any], title: str = "Training loss per precision mode") -> go.Figure:
-    """Left: the loss per step of every mode (each its own colour and dash, so curves that coincide
-    stay visible). Right: each mode's loss minus strict fp32's at the same step, where modes that
-    track fp32 closely separate instead of hiding under each other."""
+    """One small panel per mode, on a shared loss axis: the mode's loss per step in its colour over
+    strict fp32's in grey. Curves that coincide can no longer hide one another (issue 22), and each
+    panel's title gives the mode's last loss."""
     rows = [d for d in _rows(runs) if d.get("losses")]
     base = next((d["losses"] for d in rows if d["name"] == "fp32"), None)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("loss", "loss minus fp32's loss" if base else ""))
-    for d in rows:
-        style = dict(color=_COLORS.get(d["name"]), dash=_DASHES.get(d["name"], "solid"), width=2.5)
-        fig.add_scatter(y=d["losses"], name=d["name"], mode="lines", line=style, legendgroup=d["name"],
-                        row=1, col=1)
-        if base and d["name"] != "fp32":
-            n = min(len(base), len(d["losses"]))
-            fig.add_scatter(y=[a - b for a, b in zip(d["losses"][:n], base[:n])], name=d["name"], mode="lines",
-                            line=style, legendgroup=d["name"], showlegend=False, row=1, col=2)
+    titles = [f"{d['name']}: last {d['losses'][-1]:.3f}" for d in rows] or [""]
+    fig = make_subplots(rows=1, cols=max(len(rows), 1), shared_yaxes=True, subplot_titles=titles,
+                        horizontal_spacing=0.02)
+    for i, d in enumerate(rows, start=1):
+        if base is not None and d["name"] != "fp32":
+            fig.add_scatter(y=base, name="fp32 (grey, for reference)", mode="lines", legendgroup="fp32-ref",
+                            showlegend=i == 2, line=dict(color="#bbbbbb", width=3), row=1, col=i)
+        fig.add_scatter(y=d["losses"], name=d["name"], mode="lines", row=1, col=i,
+                        line=dict(color=_COLORS.get(d["name"]), width=2))
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="cross-entropy loss", row=1, col=1)
-    fig.update_layout(title=title, height=400)
+    fig.update_annotations(font_size=11)
+    fig.update_layout(title=title, height=360, legend=dict(orientation="h", y=-0.3), margin=dict(b=100))
     return fig
 
 

@@ -33,8 +33,12 @@ def roofline_figure(bandwidth_gbs: float, ceilings_tflops: dict[str, float], poi
         hbm = spec.get("hbm_gbs")
         for i, (name, tflops) in enumerate(sorted((k, v) for k, v in spec.items() if k != "hbm_gbs" and v)):
             if hbm and name in ceilings_tflops:
+                # one legend entry for all datasheet roofs: they are the dotted grey lines
+                first = not any(getattr(t, "legendgroup", None) == "spec" for t in fig.data)
                 fig.add_scatter(x=intensity, y=np.minimum(tflops, intensity * hbm / 1e3), mode="lines",
-                                name=f"{name} (spec)", line=dict(dash="dot", color="grey"))
+                                name="datasheet roofs (dotted)" if first else f"{name} (spec)", legendgroup="spec",
+                                showlegend=first, line=dict(dash="dot", color="grey"),
+                                hovertemplate=f"{name} datasheet roof<extra></extra>")
     for p in points:
         fig.add_scatter(x=[p["intensity"]], y=[p["tflops"]], mode="markers+text", text=[p["name"]],
                         textposition="top center", name=p["name"], marker=dict(size=10, symbol="diamond"))
