@@ -127,7 +127,10 @@ def hf_generate_batch(hf, prompts: list[list[int]], news: list[int], hints: tupl
     cuda = hf.device.type == "cuda" and graphs
     if ContinuousBatchingConfig is not None and "continuous_batching_config" in sig:
         fields = inspect.signature(ContinuousBatchingConfig).parameters
-        cfg = {k: v for k, v in {"use_cuda_graph": cuda, "auto_switch_to_flash": True}.items() if k in fields}
+        wanted = {"use_cuda_graph": cuda, "auto_switch_to_flash": True}
+        if hf.device.type == "cpu":    # on a CPU HF sizes its cache from free RAM (12 GB for the tiny model)
+            wanted["max_memory_percent"] = 0.02
+        cfg = {k: v for k, v in wanted.items() if k in fields}
         kwargs["continuous_batching_config"] = ContinuousBatchingConfig(**cfg)
         settings.update(cfg)
     else:   # older releases kept these settings on the GenerationConfig
