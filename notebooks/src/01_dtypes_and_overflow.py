@@ -129,11 +129,11 @@ show_source(dtypes.tf32_round_bits)
 # %%
 probe = [1.0, 0.1, 1 + 2 ** -8, 300.0, 464.0, 500.0, 65520.0, 1e5, 1e39, 1e-6, 1e-8, 1e-40]
 table = {name: [dtypes.classify(x, name) for x in probe] for name in dtypes.FORMAT_NAMES}
-ROW_PX = 46   # two lines per cell (value, outcome): the figure's height follows the rows, none is cut
+ROW_PX = 58   # three short lines per cell (value, outcome): the height follows the rows, none is cut
 fig = go.Figure(go.Table(
     header=dict(values=["x"] + list(table), height=30),
-    cells=dict(height=ROW_PX, values=[[f"{x:.6g}" for x in probe]] + [
-        [f"{r.stored:.5g}<br><i>{r.outcome}</i>" for r in rs] for rs in table.values()])))
+    cells=dict(height=ROW_PX, font=dict(size=11), values=[[f"{x:.6g}" for x in probe]] + [
+        [f"{r.stored:.5g}<br><i>{r.outcome.replace(' to ', '<br>to ')}</i>" for r in rs] for rs in table.values()])))
 fig.update_layout(height=30 + ROW_PX * len(probe) + 40, margin=dict(t=10, b=10))
 fig
 
