@@ -174,3 +174,18 @@ def explain_copy(own_gbs: float, ref_gbs: float | None = None, ref_gpu: str = "t
         text += (f" The reference {ref_gpu} measured **{ref_gbs:,.0f} GB/s**: it copies "
                  f"{rate(ref_gbs, own_gbs)} this machine.")
     return text
+
+
+def explain_timing(cold_s: float, warm_s: float, spread: float, repeat: int, unsync_s: float | None = None) -> str:
+    """Notebook 00 section 2: the first call against warm calls, and a host clock with no synchronise
+    against the real time of the work (GPU only)."""
+    from .narrate import speed
+    text = (f"First call: **{cold_s * 1e3:.2f} ms**; median of {repeat} warm calls: **{warm_s * 1e3:.2f} ms** "
+            f"(p10-p90 spread {spread:.0%}): the first call ran {speed(cold_s, warm_s)} a warm one.")
+    if unsync_s is not None:
+        text += f" A host clock with no synchronise says **{unsync_s * 1e6:.0f} µs**"
+        if unsync_s < warm_s:
+            text += (f": it timed the launch, {warm_s / unsync_s:,.0f}x shorter than the work really takes.")
+        else:
+            text += ": here it was not shorter than the synchronised time (the launch queue was full or the work tiny)."
+    return text

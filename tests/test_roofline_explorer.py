@@ -70,3 +70,10 @@ def test_roofline_explorer_controls_change_figure_and_text():
     assert e.cost["n"] == 32
     with pytest.raises(ValueError, match="log2_n"):
         RooflineExplorer(CPU, log2_n=30)
+
+
+def test_explain_timing_both_ways():
+    t = R.explain_timing(0.117, 0.031, 0.09, 30, 20e-6)
+    assert "3.77x slower than a warm one" in t and "1,550x shorter" in t
+    assert "faster than a warm one" in R.explain_timing(0.02, 0.06, 0.7, 5)
+    assert "not shorter" in R.explain_timing(0.1, 0.001, 0.1, 5, 0.002)

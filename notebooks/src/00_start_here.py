@@ -85,13 +85,8 @@ show_source(bench.timeit)
 x = torch.randn(MATMUL_N, MATMUL_N, device=P["device"])
 cold = bench.timeit(lambda: x @ x, warmup=0, repeat=1)
 warm = bench.timeit(lambda: x @ x, warmup=2, repeat=REPEAT)
-text = (f"First call: **{cold.median_s * 1e3:.2f} ms**; median of {REPEAT} warm calls: "
-        f"**{warm.median_s * 1e3:.2f} ms** (p10-p90 spread {warm.spread:.0%}).")
-if torch.cuda.is_available():
-    wrong = bench.unsynchronised_time(lambda: x @ x, repeat=REPEAT)
-    text += (f" A host clock with no synchronise says **{wrong * 1e6:.0f} µs**: it timed the launch, "
-             f"{warm.median_s / wrong:.0f}x less than the work really takes.")
-md(text)
+md(roofline.explain_timing(cold.median_s, warm.median_s, warm.spread, REPEAT,
+                          bench.unsynchronised_time(lambda: x @ x, repeat=REPEAT) if torch.cuda.is_available() else None))
 
 # %% [markdown]
 # ## 3. Memory bandwidth
