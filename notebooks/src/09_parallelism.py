@@ -52,7 +52,7 @@ from course_kit import bench, grading, memory, narrate, notebook, widgets
 from course_kit.notebook import md, show_source
 from course_kit.parallel import explain as pexplain
 from course_kit.parallel import (bubble, comm, context, data, expert, launcher, measure, pipeline,
-                                 schedules, sequence, tensor, tp_llama, tp_model, zero)
+                                 schedules, sequence, sp_run, tensor, tp_llama, tp_model, zero)
 from course_kit.plots import parallel as pplots
 from course_kit.widgets.parallel import TPTradeoff, ZeroMemory
 from course_kit.widgets.pipeline import PipelineSchedules
@@ -300,6 +300,27 @@ md(f"For {seventy.name} at 4,096 tokens (flash attention, so no score matrices a
    f"{narrate.gib(sp['one GPU']):,.1f} GiB on one GPU, {narrate.gib(tp_only):,.1f} GiB per GPU with TP=8, "
    f"and {narrate.gib(with_sp):,.1f} GiB with sequence parallelism too: "
    f"{narrate.more_or_less(narrate.gib(with_sp), narrate.gib(tp_only), 'GiB')} TP alone.")
+
+# %% [markdown]
+# The same on processes: an MLP block (LayerNorm, column-parallel linear, GeLU, row-parallel
+# linear, residual) with TP alone and with TP + sequence parallelism, against the unsharded block.
+# The first linear keeps only its rank's rows of its input and gathers them again in the backward
+# pass, as Megatron-LM does. Autograd's saved tensors are counted on each rank
+# (`torch.autograd.graph.saved_tensors_hooks`).
+
+# %%
+show_source(sp_run.ParallelBlock.forward)
+
+# %%
+spr = launcher.launch(sp_run.check_sp, WORLD, seq=32, hidden=16, backend="gloo")
+worst_sp = max(v for r in spr for k, v in r.items() if k.endswith(("_out", "_dx", "_dw1", "_dnorm")))
+one_b, tp_b, sp_b = (spr[0][k] for k in ("saved_bytes_one_process", "tp_saved_bytes", "tp_sp_saved_bytes"))
+md(f"Outputs and gradients of both sharded blocks match the unsharded one to **{worst_sp:.1e}** (relative). "
+   f"Bytes saved for the backward pass: **{one_b:,}** in one process; per rank, **{tp_b:,}** with TP "
+   f"({narrate.ratio_words(one_b / tp_b, better='less', worse='more', same='about as much as')} one process) "
+   f"and **{sp_b:,}** with TP + sequence parallelism "
+   f"({narrate.ratio_words(one_b / sp_b, better='less', worse='more', same='about as much as')} one process), "
+   f"on {WORLD} ranks.")
 
 # %% [markdown]
 # ### The course model with tensor parallelism
