@@ -225,3 +225,14 @@ def fit_table(rows: Sequence[Mapping[str, Any]], *, title: str) -> go.Figure:
                                                 "model error"]}, cells={"values": cols}))
     fig.update_layout(title=title, height=110 + 28 * max(1, len(rows)), margin={"t": 40, "b": 10})
     return fig
+
+
+def speed_table(rows: Sequence[Mapping[str, Any]], *, title: str) -> go.Figure:
+    """TP MLP and decode rows (machine, what, GPUs, ms, speed-up) with readable numbers."""
+    cols = [[r["machine"] for r in rows], [r["what"] for r in rows], [r["GPUs / ranks"] for r in rows],
+            [f"{r['time (ms)']:,.3f}" for r in rows],
+            [f"{r['speed-up']:.2f}x" if r.get("speed-up") else "" for r in rows]]
+    fig = go.Figure(go.Table(header={"values": ["machine", "what", "GPUs / ranks", "time (ms)", "speed-up"]},
+                             cells={"values": cols}, columnwidth=[3, 4, 1.2, 1.5, 1.3]))
+    fig.update_layout(title=title, height=110 + 28 * max(1, len(rows)), margin={"t": 40, "b": 10})
+    return fig

@@ -260,7 +260,10 @@ show_source(tensor.TPSwiGLU)
 show_source(tensor.kv_heads_of_rank)
 
 # %%
-{f"TP={n}": [list(tensor.kv_heads_of_rank(32, 8, r, n)) for r in range(n)] for n in (1, 2, 4, 8, 16)}
+md("K/V heads each rank holds (32 query heads, 8 K/V heads):\n\n| TP | " + " | ".join(f"rank {r}" for r in range(16))
+   + " |\n|---|" + "---|" * 16 + "\n" + "\n".join(
+       f"| {n} | " + " | ".join(",".join(map(str, tensor.kv_heads_of_rank(32, 8, r, n))) if r < n else ""
+                               for r in range(16)) + " |" for n in (1, 2, 4, 8, 16)))
 
 # %%
 tp = {kv: launcher.launch(tensor.check_tp, WORLD, n_kv_heads=kv, backend="gloo") for kv in (2, 1)}
@@ -376,7 +379,7 @@ def speed_rows(rec, label):
 
 
 table = speed_rows(own, own_label) + (speed_rows(ref2, "2x H200 (reference)") if ref2 else [])
-table
+pplots.speed_table(table, title="TP MLP and decode against one GPU (same mode at both sizes)")
 
 # %%
 if P["device"] == "cpu":
