@@ -52,3 +52,27 @@ def test_widget_uses_course_kit_memory():
     assert set(w.figures) == {"memory", "time"}
     with pytest.raises(ValueError, match="model"):
         tradeoff("13b")
+
+
+def test_new_figures_format_their_numbers():
+    from course_kit.parallel import schedules
+    t = pplots.speed_table([{"machine": "m", "what": "MLP", "GPUs / ranks": 2, "time (ms)": 1234.5678,
+                             "speed-up": 1.987}], title="x")
+    assert list(t.data[0].cells.values[3]) == ["1,234.568"] and list(t.data[0].cells.values[4]) == ["1.99x"]
+    g = pplots.gib_bars_figure({"a": {"weights": 2**31}}, title="x", capacity_bytes=2**32)
+    assert list(g.data[0].y) == [2.0] and "4.0 GiB" in g.layout.annotations[0].text
+    s = schedules.schedule_summary("interleaved", 2, 4, 2)
+    f = pplots.schedule_figure(s["events"], title="x", theory=s["theory"])
+    assert len(f.data) == 2 and f"formula {s['theory']:.1%}" in f.layout.title.text
+    ft = pplots.fit_table([{"model": "a", "tp": 2, "algo": "ring", "measured_s": 1e-3, "model_s": 1.1e-3,
+                            "error": 0.1}], title="x")
+    assert list(ft.data[0].cells.values[5]) == ["+10.0%"]
+
+
+def test_capstone_waterfall_marks_switched_off_steps():
+    from course_kit import ladder
+    from course_kit.plots.capstone import waterfall_figure
+    steps = ladder.ladder({"HF generate": 100.0, "engine: continuous + paged KV": 150.0,
+                           "engine: + async loop": 300.0})
+    fig = waterfall_figure(ladder.waterfall(steps, ["async loop"]), title="x")
+    assert list(fig.data[0].text) == ["100", "off", "2.00x", "200 tok/s"] and "composed" in fig.layout.title.text
