@@ -103,25 +103,6 @@ def test_naive_memory_grows_quadratically_and_tiled_does_not():
     assert tiled < naive_big / 4
 
 
-def test_grading_checks_accept_the_solution_and_reject_a_missing_rescale():
-    from course_kit import grading
-    grading.check("08.online_update", online_softmax_update)
-    grading.check("08.tiled_block", lambda q, k, v, m, l, acc, s: tiled_block_step(q, k, v, m, l, acc, s))
-
-    def no_rescale(m, l, x):
-        m_new = torch.maximum(m, x.amax(-1))
-        return m_new, l + torch.exp(x - m_new.unsqueeze(-1)).sum(-1)
-    with pytest.raises(AssertionError, match="rescale"):
-        grading.check("08.online_update", no_rescale)
-
-    def acc_not_rescaled(q, k, v, m, l, acc, s):
-        m2, l2, _ = tiled_block_step(q, k, v, m, l, acc, s)
-        p = torch.exp(q @ k.transpose(-1, -2) * s - m2.unsqueeze(-1))
-        return m2, l2, acc + p @ v
-    with pytest.raises(AssertionError, match="acc (after|on) key block"):
-        grading.check("08.tiled_block", acc_not_rescaled)
-
-
 def test_plots_build_from_bench_rows():
     from course_kit.plots import attention as pa
     probs, hist = online_softmax_row([1.0, 3.0, 2.0])

@@ -564,42 +564,143 @@ if record and roof and roof["summary"]["matmul_tflops"].get("bf16"):
 # %% [markdown]
 # ## Exercises
 #
-# ### Exercise 08.online_update: the online-softmax update
-# Write `online_update(m, l, x_block)`: given the running max `m` and running sum `l` (shape `[...]`;
-# before the first block `m = -inf` and `l = 0`) and a block of new scores `x_block` (shape
-# `[..., n]`), return the new `(m, l)`. Remember to rescale the old sum to the new maximum.
+# ### Exercise 08.merge_states: merge two partial softmax states inside a Triton kernel
+#
+# At decode time one query row meets thousands of keys: too few rows to give every SM a program.
+# **Flash-decoding** splits the keys into slices, runs the online softmax of section 4 over each
+# slice in its own program, and then *merges* the partial results. A slice leaves, per query row, a
+# partial state in the kernel's base-2 units (scores `s = q·k · scale · log₂e`, as `qk_scale` in
+# section 4):
+#
+# - `m`: the max of the row's scores `s_j` over the slice's keys (shape `[ROWS]`, float32);
+# - `l = Σ_j 2^(s_j − m)` (shape `[ROWS]`);
+# - `acc = Σ_j 2^(s_j − m) · v_j`, not normalised (shape `[ROWS, D]`),
+#
+# so that `acc / l` is the attention output over those keys. A slice that saw no key is **empty**:
+# `m = −inf`, `l = 0`, `acc = 0`.
+#
+# Write the body of the `@triton.jit` helper `merge_states(m1, l1, acc1, m2, l2, acc2)`: return the
+# state `(m, l, acc)` of both parts' keys together (the two sets of keys are disjoint), with `tl`
+# operations only. Merging with an empty part gives the other part; merging two empty parts gives an
+# empty state, with no NaN. The launcher below loads two states, calls your helper inside its kernel
+# and stores the result (compiled on a GPU, through Triton's interpreter on a CPU);
+# `merge_with(merge_states)(m1, l1, acc1, m2, l2, acc2)` runs it on tensors of your own. The check
+# runs it on states it keeps to itself (random; one part far above the other; scores near 200, where
+# `2^s` overflows float32; empty parts; several programs) against a float64 reference, to float32
+# accuracy.
 
-# %% {"course_kit": {"exercise": "08.online_update", "role": "solution", "points": 2}}
-def online_update(m, l, x_block):
+# %%
+# The launcher (given): one program merges ROWS query rows; rows past the end load as empty states
+# and are never stored. MERGE, your helper, reaches the kernel as a compile-time constant.
+if ok_triton:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def merge_kernel(m1_ptr, l1_ptr, acc1_ptr, m2_ptr, l2_ptr, acc2_ptr, m_ptr, l_ptr, acc_ptr, rows, d,
+                     MERGE: tl.constexpr, ROWS: tl.constexpr, D: tl.constexpr):
+        r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        c = tl.arange(0, D)
+        row_ok = r < rows
+        at = r[:, None] * d + c[None, :]
+        ok = row_ok[:, None] & (c < d)[None, :]
+        m1 = tl.load(m1_ptr + r, mask=row_ok, other=float("-inf"))
+        l1 = tl.load(l1_ptr + r, mask=row_ok, other=0.0)
+        acc1 = tl.load(acc1_ptr + at, mask=ok, other=0.0)
+        m2 = tl.load(m2_ptr + r, mask=row_ok, other=float("-inf"))
+        l2 = tl.load(l2_ptr + r, mask=row_ok, other=0.0)
+        acc2 = tl.load(acc2_ptr + at, mask=ok, other=0.0)
+        m, l, acc = MERGE(m1, l1, acc1, m2, l2, acc2)
+        tl.store(m_ptr + r, m, mask=row_ok)
+        tl.store(l_ptr + r, l, mask=row_ok)
+        tl.store(acc_ptr + at, acc, mask=ok)
+else:
+    import types
+    triton = types.SimpleNamespace(jit=lambda fn: fn)   # the exercise cell still defines its helper
+    print(f"Skipped (Triton cannot run here): {why_triton}. Exercise 08.merge_states needs Triton.")
+
+
+def merge_with(merge, rows_per_program=16):
+    """A function of float32 tensors (m1, l1, acc1, m2, l2, acc2) -> (m, l, acc), on the CPU, that runs
+    `merge` inside merge_kernel."""
+    def run(m1, l1, acc1, m2, l2, acc2):
+        if not ok_triton:
+            raise RuntimeError(f"Triton cannot run here: {why_triton}")
+        rows, d = acc1.shape
+        where = "cuda" if DEVICE == "cuda" else "cpu"
+        ins = [t.to(where, torch.float32).contiguous() for t in (m1, l1, acc1, m2, l2, acc2)]
+        outs = [torch.empty_like(t) for t in ins[:3]]
+        try:
+            merge_kernel[(triton.cdiv(rows, rows_per_program),)](*ins, *outs, rows, d, MERGE=merge,
+                                                                 ROWS=rows_per_program, D=triton.next_power_of_2(d))
+        except Exception as exc:   # Triton wraps the helper's own error (interpreter or compiler): show that one
+            while isinstance(exc.__cause__, Exception):
+                exc = exc.__cause__
+            raise exc
+        return tuple(t.cpu() for t in outs)
+    return run
+
+# %% {"course_kit": {"exercise": "08.merge_states", "role": "solution", "points": 3, "task": "write the body of the Triton helper merge_states (see the task above)"}}
+@triton.jit
+def merge_states(m1, l1, acc1, m2, l2, acc2):
     ### BEGIN SOLUTION
-    m_new = torch.maximum(m, x_block.amax(dim=-1))
-    l_new = l * torch.exp(m - m_new) + torch.exp(x_block - m_new.unsqueeze(-1)).sum(dim=-1)
-    return m_new, l_new
+    m = tl.maximum(m1, m2)
+    # where both parts are empty, subtract 0 rather than -inf: the weights are then 2^-inf = 0, not NaN
+    m_ref = tl.where(m == float("-inf"), 0.0, m)
+    w1 = tl.math.exp2(m1 - m_ref)
+    w2 = tl.math.exp2(m2 - m_ref)
+    return m, l1 * w1 + l2 * w2, acc1 * w1[:, None] + acc2 * w2[:, None]
     ### END SOLUTION
 
-# %% {"course_kit": {"exercise": "08.online_update", "role": "check"}}
+# %% {"course_kit": {"exercise": "08.merge_states", "role": "check"}}
 from course_kit import grading
-grading.check("08.online_update", online_update)
+grading.check("08.merge_states", merge_with(merge_states))
 
 # %% [markdown]
-# ### Exercise 08.tiled_block: one block of the tiled forward
-# Write `block_step(q_blk, k_blk, v_blk, m, l, acc, scale)` for one query block and one key block
-# (no mask): `q_blk` is `[..., M, D]`, `k_blk` and `v_blk` are `[..., N, D]`, `m` and `l` are
-# `[..., M]`, `acc` is `[..., M, D]`. Return the new `(m, l, acc)`: the scores, the new max, the
-# rescale factor `α`, then `l` and `acc` rescaled by `α` plus this block's contribution.
+# ### Exercise 08.causal_traffic: predict, measure and explain the causal kernel's traffic
+#
+# Take the course kernel's Hopper tiles, `BLOCK_M = 128`, `BLOCK_N = 64`, head dim `d = 128`, causal.
+#
+# 1. **Predict** first, without running anything: how many tiles (no mask + masked) does the kernel
+#    compute at `S = 1950`? And when `S` doubles from 4096 to 8192, what happens to the traffic
+#    ratio, HBM accesses of standard attention divided by those of the course kernel?
+#    (A) it about doubles; (B) it changes by less than 10%; (C) it about quadruples; (D) it falls.
+#    Record both in `PREDICTION = {"tiles": ..., "doubling": ...}` and run the cell once before
+#    writing step 2. The check requires the prediction but does not grade its accuracy.
+# 2. **Measure** with the functions behind the figures above (`attention.tiles`,
+#    `attention.io_complexity`): `TILES`, the tiles computed at `S = 1950`, and `RATIOS`, the traffic
+#    ratio at `S = 2048, 4096, 8192, 16384` (a list of four numbers).
+# 3. **Explain**: `LIMIT`, the value the ratio approaches as `S` grows (to 0.5%), and `CAUSE`, the
+#    letter of the reason it levels off:
+#    (A) the masked tiles along the diagonal become most of the kernel's tiles as `S` grows;
+#    (B) reading `Q` and writing `O`, `S·d` elements each, dominate both counts at large `S`;
+#    (C) both counts grow as `S²`: standard attention writes and reads `S x S` matrices, and the
+#    kernel reads all of `K` and `V` up to the diagonal once per query block, `S / BLOCK_M` times;
+#    (D) at large `S` the kernel's tiles no longer fit in SRAM, so it reads each one several times.
 
-# %% {"course_kit": {"exercise": "08.tiled_block", "role": "solution", "points": 3}}
-def block_step(q_blk, k_blk, v_blk, m, l, acc, scale):
-    ### BEGIN SOLUTION
-    s = q_blk @ k_blk.transpose(-2, -1) * scale
-    m_new = torch.maximum(m, s.amax(dim=-1))
-    alpha = torch.exp(m - m_new)
-    p = torch.exp(s - m_new.unsqueeze(-1))
-    return m_new, l * alpha + p.sum(dim=-1), acc * alpha.unsqueeze(-1) + p @ v_blk
-    ### END SOLUTION
+# %% {"course_kit": {"exercise": "08.causal_traffic", "role": "solution", "points": 2, "task": "record PREDICTION, then measure TILES and RATIOS, then answer LIMIT and CAUSE (see the task above)"}}
+# 1. predict (before measuring)
+### BEGIN SOLUTION
+PREDICTION = {"tiles": 272, "doubling": "A"}   # wrong on both counts, and still accepted: only recorded
+### END SOLUTION
+# 2. measure
+### BEGIN SOLUTION
+from course_kit.attention import io_complexity, tiles
 
-# %% {"course_kit": {"exercise": "08.tiled_block", "role": "check"}}
-grading.check("08.tiled_block", block_step)
+counts = tiles.tile_counts(tiles.tile_grid(1950, 128, 64, causal=True))
+TILES = counts[tiles.FULL] + counts[tiles.MASKED]
+RATIOS = [io_complexity.standard_accesses(s, 128, causal=True)
+          / io_complexity.kernel_accesses(s, 128, 128, 64, causal=True) for s in (2048, 4096, 8192, 16384)]
+### END SOLUTION
+# 3. explain
+### BEGIN SOLUTION
+# standard, causal: 4Sd + 6S²; kernel: 2Sd + S + 2d·(rows of K and V visited) ≈ d·S²/BLOCK_M
+LIMIT = 6 * 128 / 128
+CAUSE = "C"
+### END SOLUTION
+
+# %% {"course_kit": {"exercise": "08.causal_traffic", "role": "check"}}
+grading.check("08.causal_traffic", PREDICTION, TILES, RATIOS, LIMIT, CAUSE)
 
 # %% [markdown]
 # ## Summary

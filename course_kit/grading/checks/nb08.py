@@ -88,6 +88,10 @@ def merge_states(fn) -> None:
         if not (isinstance(got, (tuple, list)) and len(got) == 3):
             raise grading.Wrong(f"merge on {label}: expected a tuple (m, l, acc), found {feedback.describe(got)}")
         for name, found, want in zip(("m", "l", "acc"), got, merge_reference(*case)):
+            if isinstance(found, torch.Tensor) and found.is_floating_point() and found.shape == want.shape:
+                nan = found.isnan() & ~want.isnan()
+                if bool(nan.any()):
+                    raise grading.Wrong(f"{name} on {label}: {int(nan.sum())} of {nan.numel()} values are NaN")
             finite = want[torch.isfinite(want)]
             scale = float(finite.abs().max()) if finite.numel() else 1.0
             # float32 accuracy: a few roundings of each term, relative to the row's magnitude
