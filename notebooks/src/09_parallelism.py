@@ -348,11 +348,10 @@ md(f"Greedy tokens of the sharded model on {WORLD} ranks equal the unsharded mod
 # The MLP of a 70B-class layer (hidden 8192, FFN 28672, 4096 tokens) is compute-bound: halving its
 # matmuls per GPU nearly halves its time, and one all-reduce of 64 MB is small beside it. A decode
 # step at batch 1 is the opposite: it is bound by reading the weights, which TP divides, but every
-# layer adds two all-reduces of a few KB whose *latency* does not shrink. Eager PyTorch adds the
-# launch cost of every kernel on every GPU, so TP decode needs the step captured in a CUDA graph
-# (notebook 05) to gain anything, and `torch.compile` (notebook 03) to fuse a step's many small
-# element-wise kernels, whose fixed cost TP does not divide either. The measured run times each
-# mode and compares like with like.
+# layer adds two all-reduces of a few KB whose *latency* does not shrink. Eager PyTorch also pays
+# the launch cost of every kernel on every GPU, which TP does not divide; capturing the step in a
+# CUDA graph (notebook 05) removes the launches, and `torch.compile` (notebook 03) fuses a step's
+# many small element-wise kernels. The measured run times each mode and compares like with like.
 #
 # The all-reduce itself is the last lever. NCCL's ring is built for bandwidth; for a few kilobytes
 # its steps are all latency. On GPUs joined by NVLink, *symmetric memory* lets each GPU read its
