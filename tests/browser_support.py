@@ -95,7 +95,8 @@ def jupyterlab(notebook: Path, tmp: Path):
 
 @contextlib.contextmanager
 def opened_notebook(lab: dict, name: str, run_all: bool = True):
-    """Headless Chromium on the notebook, a kernel attached and idle, and (by default) every cell run."""
+    """Headless Chromium on the notebook, a kernel attached and idle, and (by default) Run All, which
+    stops at the learner's first unsolved exercise: every cell above it has run."""
     from playwright.sync_api import sync_playwright
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
@@ -113,14 +114,14 @@ def opened_notebook(lab: dict, name: str, run_all: bool = True):
                 timeout=90_000)
             if run_all:
                 pg.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
-                wait_all_cells_ran(pg, name)
+                wait_ran_to_first_exercise(pg, name)
             yield pg
         finally:
             browser.close()
 
 
 def notebook_page(name: str):
-    """A module-scoped pytest fixture: `name` (in notebooks/) open in JupyterLab, all cells run."""
+    """A module-scoped pytest fixture: `name` (in notebooks/) open in JupyterLab, run to its first exercise."""
     @pytest.fixture(scope="module")
     def page(tmp_path_factory):
         with jupyterlab(ROOT / "notebooks" / name, tmp_path_factory.mktemp("lab")) as lab:
@@ -129,26 +130,31 @@ def notebook_page(name: str):
     return page
 
 
-def wait_all_cells_ran(pg, name: str = "notebook", allow_errors: bool = False) -> None:
-    """Every code cell has an execution count and none raised."""
+def wait_ran_to_first_exercise(pg, name: str = "notebook") -> dict:
+    """Run all stops at the learner's first unsolved exercise (its stub or check raises, as it does
+    for a learner). Wait until every cell above it ran and the kernel is idle; fail if a cell that is
+    not an exercise raised."""
     deadline = time.time() + RUN_ALL_TIMEOUT_S
     state = {}
     while time.time() < deadline:
         state = pg.evaluate(
             "() => { const nb = window.jupyterapp.shell.currentWidget.content;"
             " const cells = nb.widgets.filter(c => c.model.type === 'code');"
-            " const counts = cells.map(c => c.model.executionCount);"
-            " const errors = cells.filter(c => c.model.outputs.toJSON()"
-            "   .some(o => o.output_type === 'error')).map(c => c.model.sharedModel.getSource().slice(0, 80));"
+            " const errs = cells.map(c => c.model.outputs.toJSON().some(o => o.output_type === 'error'));"
+            " const first = errs.indexOf(true);"
+            " const upto = first < 0 ? cells.length : first;"
+            " const tags = first < 0 ? [] : (cells[first].model.getMetadata('tags') || []);"
             " const idle = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle';"
-            " return {n: cells.length, done: counts.filter(x => x !== null).length, errors, idle}; }")
-        if state["errors"] and not allow_errors:
-            pytest.fail(f"cells raised in JupyterLab: {state['errors']}")
-        if state["done"] == state["n"] and state["idle"]:
-            return
+            " return {n: cells.length, ran: cells.slice(0, upto).every(c => c.model.executionCount !== null),"
+            "  idle, stop: first < 0 ? null : cells[first].model.sharedModel.getSource().slice(0, 80),"
+            "  exercise: first < 0 || tags.includes('raises-exception')}; }")
+        if state["stop"] is not None and not state["exercise"]:
+            pytest.fail(f"a cell that is not an exercise raised in JupyterLab: {state['stop']!r}")
+        if state["ran"] and state["idle"]:
+            return state
         time.sleep(1.0)
     pg.screenshot(path=str(ARTIFACTS / f"{Path(name).stem}_timeout.png"), full_page=True)
-    pytest.fail(f"not all cells ran within {RUN_ALL_TIMEOUT_S} s: {json.dumps(state)}")
+    pytest.fail(f"the cells above the first exercise did not run within {RUN_ALL_TIMEOUT_S} s: {json.dumps(state)}")
 
 
 def figure_state(pg, root: str) -> dict:
