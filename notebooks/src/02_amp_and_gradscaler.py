@@ -110,7 +110,7 @@ show_source(amp.train)
 # gradients are accumulated in fp32. Under autocast, what the backward pass carries in fp16 are the
 # **activation gradients**: the gradient of the loss with respect to each operation's fp16 output.
 # The first of them is small by construction. The loss is a mean over the $N$ tokens of the step, so
-# $\partial L / \partial \text{logit}_{ij} = (\text{softmax}_{ij} - [j = \text{target}_i]) / N$, and while
+# $\partial L / \partial \text{logit}_{ij} = (\text{softmax}_{ij} - [j = y_i]) / N$ ($y_i$ is token $i$'s label), and while
 # the model is still close to a uniform guess, $\text{softmax}_{ij} \approx 1/V$ for a vocabulary of $V$:
 # most entries are about $1/(N V)$. We hook those gradients on the course's model, once in fp32 (their
 # true sizes) and once under fp16 autocast without a scaler (what survives):
