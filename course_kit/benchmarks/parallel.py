@@ -204,5 +204,7 @@ def run(params: dict) -> dict:
             per_world[n] = launcher.get_pool(n, backend).run(on_rank, p)[0]
     rows, summary, timelines = summarise(per_world)
     summary["backend"] = backend
+    if cuda:  # what one GPU exposes to PyTorch: the capacity 09's memory figures compare against
+        summary["gpu_memory_bytes"] = torch.cuda.get_device_properties(0).total_memory
     return {"params": {**p, "worlds": worlds, "backend": backend}, "results": rows,
             "summary": summary, "timelines": timelines}

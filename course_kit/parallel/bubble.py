@@ -174,8 +174,8 @@ def explain_bubble(events: Sequence[Mapping], where: str) -> str:
     if abs(gp) >= NOISE:
         hand = d["handoff_s"]
         hs = "; ".join(f"{k} messages {_ms(v)}" for k, v in hand.items())
-        text = (f"The time between steps {'adds' if gp > 0 else 'removes'} the other {_pts(gp)}: the step "
-                f"took {_ms(d['makespan_s'])} against {_ms(d['replay_makespan_s'])} with free messages.")
+        text = (f"The time between steps {'adds' if gp > 0 else 'removes'} the other {_pts(gp)}: the whole "
+                f"training step took {_ms(d['makespan_s'])} against {_ms(d['replay_makespan_s'])} with free messages.")
         if hs:
             text += f" Median wait of an idle rank for its neighbour's message: {hs}."
         if d["late_by_a_step"] >= 0.5:

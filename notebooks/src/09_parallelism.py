@@ -568,7 +568,8 @@ if costs is not None:
        f"So the model uses the captured figure, not the eager alpha.")
 
 # %%
-gpu_bytes = (torch.cuda.get_device_properties(0).total_memory if P["device"] == "cuda" else h200)
+gpu_bytes = (torch.cuda.get_device_properties(0).total_memory if P["device"] == "cuda"
+             else ((ref2 or {}).get("summary") or {}).get("gpu_memory_bytes", h200))
 explorer = TPTradeoff(model="70b", seq=8192, batch=1, capacity_bytes=gpu_bytes,
                       capacity_label="this GPU" if P["device"] == "cuda" else "H200",
                       **({"costs": costs} if costs is not None else {}))
