@@ -294,8 +294,9 @@ def classify(ex: Exercise, plan: Plan, events: dict[int, Event], verdicts: dict,
     """The status of one exercise from its checks' verdicts, and from the run's events where a
     check recorded no answer (which can only lose points, never give them)."""
     def out(status: str, message: str) -> Outcome:
+        printable = "".join(ch if ch.isprintable() else " " for ch in message)  # no terminal escapes
         return Outcome(ex.id, ex.points if status == "passed" else 0, ex.points, status,
-                       " ".join(message.split())[:400])
+                       " ".join(printable.split())[:400])
 
     if ex.id in plan.duplicated:
         return out("error", f"two cells carry the solution metadata of {ex.id}: delete one, or clear the "
