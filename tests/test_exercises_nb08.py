@@ -132,6 +132,16 @@ def test_merge_near_misses_fail_on_the_kind_of_input(merges, name, says):
     assert "expected" not in msg
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_hidden_merge_check_passes_the_solution_and_fails_near_misses(merges):
+    from course_kit.grading.checks import registry
+    registry.load_hidden(Path(nbbuild.PROJECT) / "instructor" / "hidden_checks")
+    grading.check("08.merge_states_hidden", merges.merge_with(merges.merge_states))
+    _fails("08.merge_states_hidden", merges.merge_with(merges.merge_acc_not_rescaled), says="acc on a head dim of 128")
+    _fails("08.merge_states_hidden", merges.merge_with(merges.merge_without_max), says="far below zero")
+    _fails("08.merge_states_hidden", merges.merge_with(merges.merge_l_one_percent_high), says="l on a head dim")
+
+
 def test_merge_one_element_off_fails_and_does_not_show_the_value():
     def one_off(*states):
         m, l, acc = nb08.merge_reference(*states)

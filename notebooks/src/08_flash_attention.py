@@ -656,6 +656,9 @@ def merge_states(m1, l1, acc1, m2, l2, acc2):
 from course_kit import grading
 grading.check("08.merge_states", merge_with(merge_states))
 
+# %% {"course_kit": {"exercise": "08.merge_states", "role": "hidden"}}
+grading.check("08.merge_states_hidden", merge_with(merge_states))
+
 # %% [markdown]
 # ### Exercise 08.causal_traffic: predict, measure and explain the causal kernel's traffic
 #

@@ -16,19 +16,20 @@ from course_kit.grading.checks import feedback
 
 # ---- 08.merge_states ----------------------------------------------------------------------------
 
-# (label for messages, rows, head dim, keys in part 1, keys in part 2, shift of part 2's scores,
-#  rows whose part 1 / part 2 saw no key). Scores are in base-2 units, as the course kernel keeps m.
+# (label for messages, rows, head dim, keys in part 1, keys in part 2, base score, shift of part 2's
+#  scores (None: a random shift per row), rows whose part 1 / part 2 saw no key). Scores are in
+#  base-2 units, as the course kernel keeps m.
 MERGE_CASES = [
-    ("random parts of similar scale", 16, 32, 8, 11, 0.0, (), ()),
-    ("part 2's scores far above part 1's", 16, 32, 12, 5, 30.0, (), ()),
-    ("part 1's scores a few units above part 2's", 8, 16, 6, 9, -4.0, (), ()),
-    ("scores near 200 (2^200 overflows float32 unless the max is subtracted)", 16, 64, 7, 7, 3.0, (), ()),
-    ("a head dim that is not a power of two and rows with very different maxima", 5, 24, 9, 4, None, (), ()),
+    ("random parts of similar scale", 16, 32, 8, 11, 0.0, 0.0, (), ()),
+    ("part 2's scores far above part 1's", 16, 32, 12, 5, 0.0, 30.0, (), ()),
+    ("part 1's scores a few units above part 2's", 8, 16, 6, 9, 0.0, -4.0, (), ()),
+    ("scores near 200 (2^200 overflows float32 unless the max is subtracted)", 16, 64, 7, 7, 200.0, 3.0, (), ()),
+    ("a head dim that is not a power of two and rows with very different maxima", 5, 24, 9, 4, 0.0, None, (), ()),
     ("one part empty on some rows (m = -inf, l = 0, acc = 0: a slice past a short context)",
-     12, 32, 10, 6, 1.0, (0, 1, 2, 3), (4, 5, 6, 7)),
+     12, 32, 10, 6, 0.0, 1.0, (0, 1, 2, 3), (4, 5, 6, 7)),
     ("both parts empty on some rows (padding rows: the merge must stay empty, with no NaN)",
-     8, 16, 5, 5, -1.0, (0, 3, 5), (0, 3, 6)),
-    ("70 rows (several programs of the launcher)", 70, 32, 16, 16, None, (), ()),
+     8, 16, 5, 5, 0.0, -1.0, (0, 3, 5), (0, 3, 6)),
+    ("70 rows (several programs of the launcher)", 70, 32, 16, 16, 0.0, None, (), ()),
 ]
 
 
@@ -42,11 +43,12 @@ def _partial(scores: torch.Tensor, values: torch.Tensor, empty: tuple) -> tuple[
     return m, l, acc
 
 
-def _merge_cases() -> list[tuple]:
-    g = torch.Generator().manual_seed(808)
+def merge_cases(table: list[tuple] = MERGE_CASES, seed: int = 808) -> list[tuple]:
+    """Two float32 partial states (m1, l1, acc1, m2, l2, acc2) per row of `table`, built from seeded
+    scores and values (also used by the instructor's hidden check, with its own table and seed)."""
+    g = torch.Generator().manual_seed(seed)
     cases = []
-    for i, (_, rows, d, n1, n2, shift, empty1, empty2) in enumerate(MERGE_CASES):
-        base = 200.0 if i == 3 else 0.0
+    for _, rows, d, n1, n2, base, shift, empty1, empty2 in table:
         if shift is None:   # each row its own shift, so some rows' max comes from each part
             shift_rows = torch.empty(rows, 1, dtype=torch.float64).uniform_(-12, 12, generator=g)
         else:
@@ -58,6 +60,10 @@ def _merge_cases() -> list[tuple]:
         parts = _partial(s1, v1, empty1) + _partial(s2, v2, empty2)
         cases.append(tuple(t.to(torch.float32) for t in parts))
     return cases
+
+
+def _merge_cases() -> list[tuple]:
+    return merge_cases()
 
 
 def merge_reference(m1, l1, acc1, m2, l2, acc2) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -83,7 +89,12 @@ subtract a max that tl.where has replaced by 0 on those rows."""
 def merge_states(fn) -> None:
     """fn(m1, l1, acc1, m2, l2, acc2) -> (m, l, acc): the learner's @triton.jit helper, run by the
     notebook's launcher on each case (float32 CPU tensors in and out)."""
-    for (label, *_), case in zip(MERGE_CASES, _merge_cases()):
+    judge_merge(fn, MERGE_CASES, _merge_cases())
+
+
+def judge_merge(fn, table: list[tuple], cases: list[tuple]) -> None:
+    """Raise Wrong at the first case (named by its label in `table`) where fn's merge is wrong."""
+    for (label, *_), case in zip(table, cases):
         got = fn(*case)
         if not (isinstance(got, (tuple, list)) and len(got) == 3):
             raise grading.Wrong(f"merge on {label}: expected a tuple (m, l, acc), found {feedback.describe(got)}")

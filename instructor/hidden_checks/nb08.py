@@ -1,0 +1,27 @@
+"""Hidden check of notebook 08: the Triton merge of two partial softmax states on shapes, seeds and
+scales the public check (checks/nb08.py, which learners can read) never uses: a head dim of 128,
+rows that leave the launcher's last program ragged, negative scores far below zero, a row whose
+two parts have the same max, and empty parts mixed with scores near 300."""
+from __future__ import annotations
+
+from course_kit import grading
+from course_kit.grading.checks.nb08 import MERGE_HINT, judge_merge, merge_cases
+
+HIDDEN_CASES = [
+    ("a head dim of 128 and 33 rows (a ragged last program)", 33, 128, 20, 3, 0.0, None, (), ()),
+    ("scores far below zero (around -250)", 16, 32, 6, 6, -250.0, 2.0, (), ()),
+    ("the same scores in both parts (equal maxima)", 4, 8, 5, 5, 0.0, 0.0, (), ()),
+    ("scores near 300 with empty parts on some rows", 24, 40, 9, 13, 300.0, None, (1, 2, 9), (2, 10, 11)),
+]
+
+
+def _cases() -> list[tuple]:
+    cases = merge_cases(HIDDEN_CASES, seed=8080)
+    m1, l1, acc1, *_ = cases[2]
+    cases[2] = (m1, l1, acc1, m1.clone(), l1.clone(), acc1.clone())   # one part merged with a copy of itself
+    return cases
+
+
+@grading.exercise("08.merge_states_hidden", cases=_cases, hint=MERGE_HINT)
+def merge_states_hidden(fn) -> None:
+    judge_merge(fn, HIDDEN_CASES, _cases())
