@@ -16,7 +16,7 @@ def waterfall_figure(w: Mapping[str, Any], *, title: str) -> go.Figure:
     lows, highs, colors, texts = [0.0], [w["base"]], ["#7f7f7f"], [f"{w['base']:,.0f}"]
     prev = w["base"]
     for s in w["steps"]:
-        x.append(s["technique"])
+        x.append(s["technique"].replace(" + ", "<br>+ "))     # two short lines, no overlap
         after = s["after"]
         lo, hi = min(prev, after), max(prev, after)
         lows.append(lo)
@@ -37,8 +37,9 @@ def waterfall_figure(w: Mapping[str, Any], *, title: str) -> go.Figure:
                            hovertemplate="%{x}: %{text}<extra></extra>"))
     del base
     kind = "measured" if w["measured"] else "composed from recorded step gains"
-    fig.update_layout(title=f"{title} ({kind})", yaxis={"type": "log", "title": "output tokens / s (log)"},
-                      height=420, showlegend=False, margin={"t": 60, "b": 80})
+    fig.update_layout(title={"text": f"{title}<br><sup>{kind}</sup>", "x": 0.02},
+                      yaxis={"type": "log", "title": "output tokens / s (log)", "tickformat": ",.0f", "dtick": 1},
+                      height=440, showlegend=False, margin={"t": 80, "b": 90})
     return fig
 
 
@@ -46,6 +47,7 @@ def live_figure(live: Mapping[str, float], *, title: str) -> go.Figure:
     """The live run's throughput per variant."""
     fig = go.Figure(go.Bar(x=list(live), y=list(live.values()), text=[f"{v:,.0f}" for v in live.values()],
                            textposition="outside"))
-    fig.update_layout(title=title, yaxis={"type": "log", "title": "output tokens / s (log)"}, height=380,
+    fig.update_layout(title=title, yaxis={"type": "log", "title": "output tokens / s (log)", "tickformat": ",.0f"},
+                      height=380,
                       margin={"t": 50, "b": 80})
     return fig

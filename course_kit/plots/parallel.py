@@ -197,7 +197,7 @@ def gib_bars_figure(configs: Mapping[str, Mapping[str, float]], *, title: str,
     if capacity_bytes:
         fig.add_hline(y=capacity_bytes / 2**30, line={"color": "red", "dash": "dash"},
                       annotation_text=f"{capacity_label}: {capacity_bytes / 2**30:,.1f} GiB",
-                      annotation_position="top left")
+                      annotation_position="top right")   # clear of the first bar's total
     fig.update_layout(barmode="stack", title=title, yaxis={"title": "GiB per GPU (2^30 bytes)", "range": [0, top]},
                       height=400, legend={"orientation": "h", "y": -0.2})
     return fig
