@@ -139,8 +139,9 @@ def record(topic: str, slug: str | None = None, *, live: bool = False, quiet: bo
     - `slug` given (e.g. "h200x2" for a two-GPU run): that machine's record, labelled.
     - On a CPU: the reference GPU's record, under the "GPU-only section" banner.
     - On a GPU: this GPU's own record. Where it has none, a live run of `course-kit bench topic`
-      when `live=True` (its result is returned, not saved), else the reference record, labelled as
-      not this GPU, with the command that records yours.
+      when `live=True` (its result is returned, not saved; never under COURSE_KIT_EMULATE, whose
+      speeds are the real GPU's), else the reference record, labelled as not this GPU, with the
+      command that records yours.
     Returns None (with a banner saying so) when nothing was recorded. `quiet` drops the banner, for
     a reference shown beside a result that has its own label.
     """
@@ -159,7 +160,8 @@ def record(topic: str, slug: str | None = None, *, live: bool = False, quiet: bo
         if rec is not None:
             say(f"<b>Recorded on this kind of GPU</b>: {_stamp(rec, own_slug)}.", "info")
             return rec
-        if live:
+        # an emulated GPU's speeds are the real GPU's, never the emulated one's: no live bench there
+        if live and device.emulation() is None:
             from . import bench
             say(f"No record for this GPU ({own_slug}) yet: running <code>course-kit bench {topic}</code> live.",
                 "info")
