@@ -243,6 +243,67 @@ course_kit.grading.check("04.exportable", ExportableClipOrScale)
 course_kit.grading.check("04.exportable_hidden", ExportableClipOrScale)
 
 # %% [markdown]
+# ## Exercise 04.silent_trap: predict, measure and explain a trap the gallery did not show
+#
+# `CountCalls` keeps a Python counter on the module and multiplies its input by the number of calls
+# so far: called three times, eager returns `x`, `2x`, then `3x`. Such state is common (a step count,
+# a warm-up flag, a cache index). `TRAP` is its case for `capture.probe` (section 2): captured once
+# from an example, then run on two new inputs beside eager.
+#
+# 1. **Predict**, before running anything: for each of `capture.METHODS`, will the capture be
+#    `"correct"`, `"silently wrong"`, `"refused"` or `"fails at run"`? Record
+#    `PREDICTED = {method: status}` and run the cell once before writing step 2. The check requires
+#    the prediction but does not grade its accuracy.
+# 2. **Measure** with `capture.probe(method, TRAP)` (its `.status`): `MEASURED = {method: status}`.
+# 3. **Explain**: `CAUSE`, the letter of the reason the silently wrong captures are wrong:
+#    (A) they cannot see module attributes, so they read `self.calls` as 0;
+#    (B) capturing runs `forward` in Python once: `self.calls += 1` is not a tensor operation, so it
+#    runs then, and the number it produced goes into the graph as a constant that never changes;
+#    (C) they capture the increment, but replay it on a fresh copy of the module, so the count
+#    restarts at every call;
+#    (D) the captured program increments the counter, but caches its first output and returns it for
+#    every later input.
+
+# %%
+class CountCalls(torch.nn.Module):
+    """Multiplies by the number of calls so far: a Python counter kept on the module."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return x * self.calls
+
+
+def _randn(seed, *shape):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+TRAP = capture.Case("a counter kept on the module", CountCalls, lambda: (_randn(0, 4, 8),),
+                    lambda: [(_randn(1, 4, 8),), (_randn(2, 6, 8),)], ({0: Dim("batch")},),
+                    "captured once, then called on two new inputs")
+
+# %% {"course_kit": {"exercise": "04.silent_trap", "role": "solution", "points": 2, "task": "record PREDICTED, then measure MEASURED with capture.probe, then answer CAUSE (see the task above)"}}
+# 1. predict (before measuring)
+### BEGIN SOLUTION
+PREDICTED = {"jit.trace": "silently wrong", "jit.script": "correct", "fx": "refused", "export": "refused"}
+### END SOLUTION
+# 2. measure
+### BEGIN SOLUTION
+MEASURED = {m: capture.probe(m, TRAP).status for m in capture.METHODS}
+print(MEASURED)
+### END SOLUTION
+# 3. explain
+### BEGIN SOLUTION
+CAUSE = "B"
+### END SOLUTION
+
+# %% {"course_kit": {"exercise": "04.silent_trap", "role": "check"}}
+course_kit.grading.check("04.silent_trap", PREDICTED, MEASURED, CAUSE)
+
+# %% [markdown]
 # ## Summary
 #
 # - `jit.trace` records one run: fast and simple, but every Python decision is frozen, silently.

@@ -281,32 +281,6 @@ pits = cg.run_pitfalls() if GPU else (ref["summary"]["pitfalls"] if ref else cg.
 cplots.pitfalls_table(pits)
 
 # %% [markdown]
-# ## Exercise: choosing the graph and the padding
-#
-# A runner captured graphs for `sizes`. Write `plan(batches, sizes)` that returns, for each batch
-# size that arrives, a tuple `(graph size replayed, padding rows added)`: the smallest captured
-# size that holds the batch. A batch larger than every captured size must raise `ValueError`.
-# (Use plain Python; `bisect` helps.)
-
-# %% {"course_kit": {"exercise": "05.padding", "role": "solution", "points": 2}}
-def plan(batches, sizes):
-    ### BEGIN SOLUTION
-    import bisect
-    ordered = sorted(sizes)
-    out = []
-    for b in batches:
-        i = bisect.bisect_left(ordered, b)
-        if b < 1 or i == len(ordered):
-            raise ValueError(f"batch {b} does not fit the captured sizes {ordered}")
-        out.append((ordered[i], ordered[i] - b))
-    return out
-    ### END SOLUTION
-
-# %% {"course_kit": {"exercise": "05.padding", "role": "check"}}
-from course_kit import grading  # noqa: E402
-grading.check("05.padding", plan)
-
-# %% [markdown]
 # ## 7. Choosing the buckets for a trace
 #
 # A runner cannot capture every batch size: each graph costs capture time and memory. Which sizes to
@@ -333,6 +307,104 @@ graph_ms = buckets.step_times(times, "graph", src_preset) or eager_ms
 bucket_widget = GraphBuckets(trace_batches, eager_ms, graph_ms, max_batch=MAX_BATCH,
                              chosen=[b for b in (1, 2, 4, 8) if b <= MAX_BATCH], source=source)
 show(bucket_widget.widget, bucket_widget.figure, "the bucket widget")
+
+# %% [markdown]
+# ## Exercise 05.choose_buckets: the best k graph sizes for a trace
+#
+# The widget lets you try bucket choices by hand. Write `choose_buckets(batches, k)` that finds the
+# best one: `batches` is the batch size of every decode step of a trace (ints >= 1), and you may
+# capture at most `k` graphs. Return a list of at most `k` sizes such that every batch fits in one of
+# them (no step falls back to eager), with the fewest **padding rows** over the whole trace, each
+# step replaying the smallest size that holds it. When several choices tie, any of them is right.
+#
+# The check runs your function on traces you have not seen (up to a few thousand steps, batch sizes
+# up to 32, `k` from 1 to 6) and compares its padding with the best one found by brute force.
+# Trying every set of `k` sizes works for small cases, but think of something that scales: sorted
+# distinct sizes, their counts, and a choice that only depends on the previous chosen size.
+
+# %% {"course_kit": {"exercise": "05.choose_buckets", "role": "solution", "points": 3}}
+def choose_buckets(batches, k):
+    ### BEGIN SOLUTION
+    from collections import Counter
+    counts = Counter(batches)
+    sizes = sorted(counts)
+    n = len(sizes)
+    k = min(k, n)
+
+    def cost(i, j):   # padding when sizes[i..j] all replay the graph of size sizes[j]
+        return sum(counts[sizes[t]] * (sizes[j] - sizes[t]) for t in range(i, j + 1))
+
+    inf = float("inf")
+    # best[c][j]: least padding covering sizes[0..j] with c graphs, the last one being sizes[j]
+    best = [[inf] * n for _ in range(k + 1)]
+    back = [[-1] * n for _ in range(k + 1)]
+    for j in range(n):
+        best[1][j] = cost(0, j)
+    for c in range(2, k + 1):
+        for j in range(n):
+            for i in range(j):
+                value = best[c - 1][i] + cost(i + 1, j)
+                if value < best[c][j]:
+                    best[c][j], back[c][j] = value, i
+    c = min(range(1, k + 1), key=lambda c: best[c][n - 1])
+    chosen, j = [], n - 1
+    while j >= 0 and c >= 1:
+        chosen.append(sizes[j])
+        j, c = back[c][j], c - 1
+    return sorted(chosen)
+    ### END SOLUTION
+
+# %% {"course_kit": {"exercise": "05.choose_buckets", "role": "check"}}
+from course_kit import grading
+grading.check("05.choose_buckets", choose_buckets)
+
+# %% {"course_kit": {"exercise": "05.choose_buckets", "role": "hidden"}}
+grading.check("05.choose_buckets_hidden", choose_buckets)
+
+# %% [markdown]
+# ## Exercise 05.bucket_waste: predict, measure and explain the padding of powers of two
+#
+# The widget started from the buckets `[1, 2, 4, 8]`. Here is a trace you have not seen: 300
+# requests arriving at 10 per second (Poisson), each decoding 5 to 60 tokens, in 8 slots at 10 ms per
+# step (`UNSEEN`, one batch size per step).
+#
+# 1. **Predict**, before measuring: what share of the rows computed over `UNSEEN` with `SIZES` will
+#    be padding? Record `PREDICTED_WASTE` (a fraction) and run the cell once before step 2. The check
+#    requires the prediction but does not grade its accuracy.
+# 2. **Measure** `WASTE`, the padding waste (`padding rows / (real rows + padding rows)`), with
+#    `buckets.bucket_cost`.
+# 3. **Explain**: `WORST_BUCKET`, the size in `SIZES` whose steps add the most padding rows, and
+#    `EXTRA`, the one size (1 to 8, not in `SIZES`) whose addition removes the most padding rows.
+
+# %% {"course_kit": {"exercise": "05.bucket_waste", "role": "solution", "points": 2, "task": "record PREDICTED_WASTE, then measure WASTE, then answer WORST_BUCKET and EXTRA (see the task above)"}}
+arrivals = trace.poisson_arrivals(300, 10.0, seed=5)
+lens = [r.max_new_tokens for r in trace.synthetic(300, (1, 1), (5, 60), 100, seed=5)]
+UNSEEN = buckets.batch_trace(arrivals, lens, max_batch=8, step_s=0.01)
+SIZES = [1, 2, 4, 8]
+# 1. predict (before measuring)
+### BEGIN SOLUTION
+PREDICTED_WASTE = 0.10
+### END SOLUTION
+# 2. measure
+### BEGIN SOLUTION
+cost = buckets.bucket_cost(UNSEEN, SIZES, {1: 1.0}, {1: 1.0})
+WASTE = cost["padding_waste"]
+### END SOLUTION
+# 3. explain
+### BEGIN SOLUTION
+from collections import Counter
+per_bucket = Counter()
+for step in cost["steps"]:
+    per_bucket[step["graph"]] += step["padding"]
+WORST_BUCKET = max(per_bucket, key=per_bucket.get)
+EXTRA = min((s for s in range(1, 9) if s not in SIZES),
+            key=lambda s: buckets.bucket_cost(UNSEEN, SIZES + [s], {1: 1.0}, {1: 1.0})["padding_rows"])
+print(f"waste {WASTE:.1%}, padding rows per bucket {dict(per_bucket)}, best size to add: {EXTRA}")
+### END SOLUTION
+
+# %% {"course_kit": {"exercise": "05.bucket_waste", "role": "check"}}
+from course_kit import grading
+grading.check("05.bucket_waste", PREDICTED_WASTE, WASTE, WORST_BUCKET, EXTRA)
 
 # %% [markdown]
 # ## Summary

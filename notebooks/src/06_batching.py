@@ -138,8 +138,8 @@ md(f"Request a holds blocks `{bm.block_table('a')}`; request b holds `{bm.block_
 #   ones join. New prompts are prefilled in chunks under a token budget, side by side with the
 #   decodes, so a long prompt does not stall everyone else.
 #
-# The continuous scheduler admits requests with this rule (the exercise at the end asks you to
-# write it):
+# The continuous scheduler admits requests with this rule (an exercise at the end asks you to
+# compute the prefix hits it is given):
 
 # %%
 show_source(admit)
@@ -490,33 +490,105 @@ if serving_record is not None:
     md(loadgen.describe(serving_record))
 
 # %% [markdown]
-# ## Exercise: the continuous admission rule
+# ## Exercise 06.prefix_admit: admission with a prefix cache
 #
-# Write `admit(waiting, free_blocks, block_size, free_slots, token_budget)`. `waiting` holds the
-# token counts of the waiting requests, oldest first. Admit requests in order while a batch slot is
-# free, some token budget is left, and blocks for *all* of the request's tokens are free
-# (`ceil(n / block_size)` blocks). Each admitted request prefills `min(n, budget left)` tokens now.
-# Stop at the first request that does not fit: do not skip ahead (that would starve long prompts).
-# Return the list of prefill chunks of the admitted requests.
+# `admit` (section 2) takes each request's prefix hits as given. Here you compute them from the
+# tokens. Write `prefix_admit(waiting, cached, block_size, free_blocks, free_slots, token_budget)`:
+# - `waiting`: the waiting prompts (lists of token ids), oldest first;
+# - `cached`: the prefix cache, a list of pairs `(prefix, held)`, one per cached full block, in no
+#   particular order: `prefix` is every token from the start of a prompt to the end of that block (a
+#   multiple of `block_size` long); `held` is `True` when a running request holds the block, `False`
+#   when the block is free but still cached;
+# - `free_blocks`, `free_slots`, `token_budget`: as for `admit`.
+#
+# The engine's rules (section 1):
+# - block `i` of a prompt is a hit when `tokens[:(i + 1) * block_size]` is a cached prefix; hits stop
+#   at the first miss, and the block that holds the prompt's last token is never a hit (its logits
+#   must be computed);
+# - hit tokens need no prefill; a hit block that a running request holds needs no free block; a hit
+#   block that nobody holds is taken off the free list, so it costs a free block like a new one;
+# - requests are admitted in order while a slot is free, some budget is left and the blocks for the
+#   whole prompt fit; each prefills `min(uncached tokens, budget left)`; the first request that does
+#   not fit stops admission;
+# - an admitted request holds its hit blocks from then on (a later request of the same step finds
+#   them held); its new blocks are not cached yet, since they are only computed in this step.
+#
+# Return the prefill chunks of the admitted requests. The check compares your rule with the engine's
+# own `BlockManager` and `admit` on cache states you have not seen.
 
-# %% {"course_kit": {"exercise": "06.admission", "role": "solution", "points": 2}}
-def my_admit(waiting, free_blocks, block_size, free_slots, token_budget):
+# %% {"course_kit": {"exercise": "06.prefix_admit", "role": "solution", "points": 3}}
+def prefix_admit(waiting, cached, block_size, free_blocks, free_slots, token_budget):
     ### BEGIN SOLUTION
+    held_now = {tuple(prefix): held for prefix, held in cached}
     chunks = []
-    for n in waiting:
-        blocks = -(-n // block_size)
+    for tokens in waiting:
+        hits = []
+        for end in range(block_size, len(tokens), block_size):   # never the block of the last token
+            if tuple(tokens[:end]) not in held_now:
+                break
+            hits.append(tuple(tokens[:end]))
+        blocks = -(-len(tokens) // block_size) - sum(held_now[h] for h in hits)
         if free_slots == 0 or token_budget == 0 or blocks > free_blocks:
             break
-        chunks.append(min(n, token_budget))
-        free_slots -= 1
-        free_blocks -= blocks
-        token_budget -= chunks[-1]
+        chunk = min(len(tokens) - len(hits) * block_size, token_budget)
+        chunks.append(chunk)
+        for h in hits:
+            held_now[h] = True
+        free_slots, free_blocks, token_budget = free_slots - 1, free_blocks - blocks, token_budget - chunk
     return chunks
     ### END SOLUTION
 
-# %% {"course_kit": {"exercise": "06.admission", "role": "check"}}
+# %% {"course_kit": {"exercise": "06.prefix_admit", "role": "check"}}
 from course_kit import grading
-grading.check("06.admission", my_admit)
+grading.check("06.prefix_admit", prefix_admit)
+
+# %% {"course_kit": {"exercise": "06.prefix_admit", "role": "hidden"}}
+grading.check("06.prefix_admit_hidden", prefix_admit)
+
+# %% [markdown]
+# ## Exercise 06.first_preempt: when does this workload first preempt?
+#
+# Six requests arrive at once (prompt lengths `PROMPT_LENS`, new tokens `NEW_TOKENS`, greedy, EOS
+# ignored) at an engine with continuous batching, 4 slots, blocks of 8 tokens, only 24 blocks, and a
+# budget of 64 tokens per step (`OPTS`).
+#
+# 1. **Predict**, before running anything: at which step (counting `engine.step()` calls from 1) will
+#    the engine preempt for the first time? Record `PREDICTED_STEP` (an int) and run the cell once
+#    before step 2. The check requires the prediction but does not grade its accuracy.
+# 2. **Measure** `STEP` with the engine: `Engine(live_model, **OPTS)`, `add_request` for each prompt
+#    (keep the sequences it returns), then `step()` one call at a time until
+#    `engine.scheduler.num_preemptions` is positive.
+# 3. **Explain**: `VICTIM`, the index (0 to 5) of the request that was preempted. Which rule of the
+#    scheduler picked it (section 4)?
+
+# %% {"course_kit": {"exercise": "06.first_preempt", "role": "solution", "points": 2, "task": "record PREDICTED_STEP, then measure STEP with the engine, then answer VICTIM (see the task above)"}}
+PROMPT_LENS, NEW_TOKENS = [24, 40, 16, 32, 8, 48], [40, 24, 48, 32, 56, 16]
+OPTS = dict(policy="continuous", max_num_seqs=4, block_size=8, num_blocks=24, max_num_batched_tokens=64)
+gen = torch.Generator().manual_seed(6)
+PREEMPT_PROMPTS = [torch.randint(1, live_model.config.vocab_size, (n,), generator=gen).tolist() for n in PROMPT_LENS]
+# 1. predict (before measuring)
+### BEGIN SOLUTION
+PREDICTED_STEP = 30
+### END SOLUTION
+# 2. measure
+### BEGIN SOLUTION
+engine = Engine(live_model, **OPTS)
+seqs = [engine.add_request(p, SamplingParams(max_new_tokens=n, ignore_eos=True))
+        for p, n in zip(PREEMPT_PROMPTS, NEW_TOKENS)]
+STEP = 0
+while engine.scheduler.num_preemptions == 0 and engine.has_unfinished():
+    engine.step()
+    STEP += 1
+print(f"first preemption at step {STEP}")
+### END SOLUTION
+# 3. explain
+### BEGIN SOLUTION
+VICTIM = next(i for i, s in enumerate(seqs) if s.num_preemptions)   # the newest running request
+### END SOLUTION
+
+# %% {"course_kit": {"exercise": "06.first_preempt", "role": "check"}}
+from course_kit import grading
+grading.check("06.first_preempt", PREDICTED_STEP, STEP, VICTIM)
 
 # %% [markdown]
 # ## Summary

@@ -299,7 +299,7 @@ md("\n".join([f"Tokens identical in both modes. This process may use {cpu_cores 
 # has busy times of its own (a step queued behind another may run a little faster, host work beside
 # a busy thread a little slower). So a measured gain can land above the bound as well as below it; to
 # know which lane changed, compare the busy times of the two timelines, as the explanations in this
-# notebook do. You will compute the idle fraction and the bound in the exercise.
+# notebook do. The exercises at the end predict the async run from a sync timeline.
 
 # %%
 show_source(streams.Timeline.idle_fraction)
@@ -434,44 +434,107 @@ else:
        "full-size GPU). The claim it will be held against: " + async_blog.CLAIM["source"] + ".")
 
 # %% [markdown]
-# ## Exercise 07.idle_bound: read a timeline
-#
-# Write `idle_and_bound(spans)`. `spans` is a list of dicts `{"lane", "name", "start_s", "end_s"}`
-# on lanes `"cpu"` and `"gpu"`, in no particular order; GPU spans may overlap (count overlapping time
-# once). Return a tuple:
-# - the GPU idle fraction: `1 - (time in which at least one GPU span runs) / (last end - first start)`,
-#   the window running over all lanes;
-# - the bound on the speed-up from overlap: `window / max(GPU busy time, CPU busy time)`.
-
-# %% {"course_kit": {"exercise": "07.idle_bound", "role": "solution", "points": 2}}
-def idle_and_bound(spans):
-    ### BEGIN SOLUTION
-    def busy(lane):
-        total, end = 0.0, float("-inf")
-        for a, b in sorted((s["start_s"], s["end_s"]) for s in spans if s["lane"] == lane):
-            if b > end:
-                total += b - max(a, end)
-                end = b
-        return total
-    lo = min(s["start_s"] for s in spans)
-    hi = max(s["end_s"] for s in spans)
-    gpu_busy, cpu_busy = busy("gpu"), busy("cpu")
-    return 1.0 - gpu_busy / (hi - lo), (hi - lo) / max(gpu_busy, cpu_busy)
-    ### END SOLUTION
-
-# %% {"course_kit": {"exercise": "07.idle_bound", "role": "check"}}
-from course_kit import grading
-grading.check("07.idle_bound", idle_and_bound)
-
-# %% [markdown]
-# The course's own `Timeline` computes the same two numbers; here for the engine runs of section 6
-# (compare with what your function returns on `tl.to_records()`):
+# The two numbers of a timeline, read with `Timeline`, for the engine runs of section 6:
 
 # %%
 for mode, (t, tl) in runs.items():
     two = streams.Timeline([sp for sp in tl.spans if sp.lane in ("cpu", "gpu")])
     print(f"{mode:5s}: GPU idle {two.idle_fraction('gpu'):.1%}, bound read from this timeline "
           f"{two.overlap_speedup_bound(['cpu', 'gpu']):.2f}x")
+
+# %% [markdown]
+# ## Exercise 07.async_bound: the speed-up when the host slows down in async
+#
+# The bound `window / busiest lane` assumes every lane keeps its busy time, and that the two lanes
+# overlap perfectly. Neither holds in a real loop: host work running beside a busy device thread
+# often takes longer, and the async loop runs the host at most one step ahead. Write
+# `async_bound(spans, slowdown)` that predicts the async run from a *sync* timeline:
+#
+# - `spans`: the sync timeline, a list of dicts `{"lane", "name", "start_s", "end_s"}` in no
+#   particular order: `"prepare k"` on lane `"cpu"` is the host's work for step `k`, `"step k"` on
+#   lane `"gpu"` the device's (`k` = 0, 1, ...); the sync run may have idle gaps;
+# - in async, the host's work for each step takes `slowdown` times as long as in sync, and the
+#   device's the same time;
+# - the async loop (section 5): the host prepares step `k` and queues it; from step 1 on, it then
+#   waits for step `k-1`'s tokens before it prepares step `k+1`. The device runs a queued step as
+#   soon as it has finished the previous one. The host starts preparing step 0 at time 0.
+#
+# Return `(async_wall_s, speedup)`: the time at which the device finishes the last step, and the sync
+# timeline's window (last end - first start) divided by it. The check replays such loops, step by
+# step, on timelines you have not seen.
+
+# %% {"course_kit": {"exercise": "07.async_bound", "role": "solution", "points": 3}}
+def async_bound(spans, slowdown):
+    ### BEGIN SOLUTION
+    host, dev = {}, {}
+    for s in spans:
+        k = int(s["name"].split()[-1])
+        (host if s["lane"] == "cpu" else dev)[k] = s["end_s"] - s["start_s"]
+    prepared, done = 0.0, []          # when the host finished preparing the last step; device ends
+    for k in range(len(dev)):
+        start = prepared if k < 2 else max(prepared, done[k - 2])   # one step ahead at most
+        prepared = start + slowdown * host[k]
+        done.append(max(done[-1] if done else 0.0, prepared) + dev[k])
+    window = max(s["end_s"] for s in spans) - min(s["start_s"] for s in spans)
+    return done[-1], window / done[-1]
+    ### END SOLUTION
+
+# %% {"course_kit": {"exercise": "07.async_bound", "role": "check"}}
+from course_kit import grading
+grading.check("07.async_bound", async_bound)
+
+# %% {"course_kit": {"exercise": "07.async_bound", "role": "hidden"}}
+grading.check("07.async_bound_hidden", async_bound)
+
+# %% [markdown]
+# ## Exercise 07.overlap_predict: predict, measure and explain a sync/async pair
+#
+# A synthetic loop of 10 steps. In sync, each step is 0.6 ms of host work, then 1.0 ms on the GPU. In
+# async, the host's work takes 0.75 ms (it now shares the machine with the device thread) and runs
+# one step ahead, as in the exercise above. `SYNC` and `ASYNC` are the two timelines.
+#
+# 1. **Predict**, before measuring: the GPU idle fraction in sync and in async, the bound read from the
+#    sync timeline, and the speed-up of async over sync. Record them in `PREDICTED` (a dict) and run
+#    the cell once before step 2. The check requires the prediction but does not grade its accuracy.
+# 2. **Measure** with `streams.Timeline`: `IDLE_SYNC`, `IDLE_ASYNC` (GPU idle fractions), `BOUND`
+#    (the bound of the sync timeline over lanes cpu and gpu) and `SPEEDUP` (sync window / async
+#    window).
+# 3. **Explain**: `CAUSE`, the letter of the reason `SPEEDUP` falls short of `BOUND`:
+#    (A) the GPU steps take longer in async;
+#    (B) the host work grew by 25% and became the busiest lane;
+#    (C) nothing overlaps the first step's preparation: the GPU waits for it once, and the bound
+#    assumes even that is hidden;
+#    (D) in async the GPU idles between steps, waiting for the host.
+
+# %% {"course_kit": {"exercise": "07.overlap_predict", "role": "solution", "points": 2, "task": "record PREDICTED, then measure IDLE_SYNC, IDLE_ASYNC, BOUND and SPEEDUP, then answer CAUSE (see the task above)"}}
+ms, SYNC, ASYNC = 1e-3, [], []
+for k in range(10):
+    t = 1.6 * k
+    SYNC += [{"lane": "cpu", "name": f"prepare {k}", "start_s": t * ms, "end_s": (t + 0.6) * ms},
+             {"lane": "gpu", "name": f"step {k}", "start_s": (t + 0.6) * ms, "end_s": (t + 1.6) * ms}]
+    start = 0.0 if k == 0 else k - 0.25
+    ASYNC += [{"lane": "cpu", "name": f"prepare {k}", "start_s": start * ms, "end_s": (start + 0.75) * ms},
+              {"lane": "gpu", "name": f"step {k}", "start_s": (k + 0.75) * ms, "end_s": (k + 1.75) * ms}]
+# 1. predict (before measuring)
+### BEGIN SOLUTION
+PREDICTED = {"idle_sync": 0.4, "idle_async": 0.0, "bound": 1.6, "speedup": 1.6}
+### END SOLUTION
+# 2. measure
+### BEGIN SOLUTION
+tl_sync, tl_async = streams.Timeline.from_records(SYNC), streams.Timeline.from_records(ASYNC)
+IDLE_SYNC, IDLE_ASYNC = tl_sync.idle_fraction("gpu"), tl_async.idle_fraction("gpu")
+BOUND = tl_sync.overlap_speedup_bound(["cpu", "gpu"])
+SPEEDUP = (tl_sync.window()[1] - tl_sync.window()[0]) / (tl_async.window()[1] - tl_async.window()[0])
+print(f"GPU idle {IDLE_SYNC:.1%} -> {IDLE_ASYNC:.1%}; bound {BOUND:.3f}x, speed-up {SPEEDUP:.3f}x")
+### END SOLUTION
+# 3. explain
+### BEGIN SOLUTION
+CAUSE = "C"   # GPU busy 10 ms in both; host 7.5 ms < 10 ms; async = 0.75 ms fill + 10 ms of steps
+### END SOLUTION
+
+# %% {"course_kit": {"exercise": "07.overlap_predict", "role": "check"}}
+from course_kit import grading
+grading.check("07.overlap_predict", PREDICTED, IDLE_SYNC, IDLE_ASYNC, BOUND, SPEEDUP, CAUSE)
 
 # %% [markdown]
 # ## Summary

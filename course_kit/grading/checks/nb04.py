@@ -86,3 +86,83 @@ def check_exportable(answer) -> None:
     for i, label in enumerate(labels):
         names[i] = label
     judge(answer, names)
+
+
+# ---- 04.silent_trap: predict, measure and explain what each capture does to a module with state ----
+
+class CountCalls(torch.nn.Module):
+    """The trap of 04.silent_trap (the notebook defines the same class): a Python counter kept on
+    the module, read by forward. Eager multiplies by how many times it has been called."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return x * self.calls
+
+
+def trap_case() -> Any:
+    """The capture.Case of the trap, as the notebook builds it (capture.probe runs it)."""
+    from course_kit import capture
+    from torch.export import Dim
+
+    def g(seed: int, *shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+    return capture.Case("a counter kept on the module", CountCalls, lambda: (g(0, 4, 8),),
+                        lambda: [(g(1, 4, 8),), (g(2, 6, 8),)], ({0: Dim("batch")},),
+                        "captured once, then called on two new inputs")
+
+
+STATUSES = ("correct", "silently wrong", "refused", "fails at run")
+TRAP_CAUSES = "ABCD"
+TRAP_CAUSE = "B"    # a Python number read at capture time becomes a constant of the graph
+
+
+def trap_statuses() -> dict[str, str]:
+    """What each capture method really does on the trap (measured here, in the checker's process)."""
+    import contextlib
+    import io
+    import warnings
+
+    from course_kit import capture
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        return {m: capture.probe(m, trap_case()).status for m in capture.METHODS}
+
+
+def _status_dict(value: Any, what: str) -> dict:
+    from course_kit import capture
+    if not isinstance(value, dict):
+        raise grading.Wrong(f"{what}: expected a dict {{method: status}}, found {feedback.describe(value)}")
+    missing = [m for m in capture.METHODS if m not in value]
+    if missing:
+        raise grading.Wrong(f"{what}: give a status for every method; missing {missing}")
+    bad = {m: v for m, v in value.items() if v not in STATUSES}
+    if bad:
+        m = next(iter(bad))
+        raise grading.Wrong(f"{what}: the status of {m!r} must be one of {list(STATUSES)}, found {bad[m]!r}")
+    return value
+
+
+TRAP_HINT = """Record PREDICTED first. Then run `capture.probe(method, TRAP)` for each method in
+`capture.METHODS` and keep `.status`. For the cause, look at what the captured program of fx or
+export contains where eager reads `self.calls` (print `capture.ir_text(...)`): is the counter an
+input of the graph, an operation of it, or something else?"""
+
+
+@grading.exercise("04.silent_trap", hint=TRAP_HINT)
+def check_silent_trap(predicted, measured, cause) -> None:
+    """predicted, measured: {method: status}; cause: the letter of the explanation."""
+    _status_dict(predicted, "PREDICTED (your prediction, recorded but not graded)")
+    _status_dict(measured, "MEASURED")
+    truth = trap_statuses()
+    wrong = [m for m in truth if measured[m] != truth[m]]
+    if wrong:
+        raise grading.Wrong(f"MEASURED: the status of {len(wrong)} of {len(truth)} methods is not what "
+                            f"capture.probe measures ({', '.join(wrong)})", expected=truth)
+    if not (isinstance(cause, str) and cause.strip().upper() in TRAP_CAUSES):
+        raise grading.Wrong(f"CAUSE: expected one letter of {list(TRAP_CAUSES)}, found {feedback.describe(cause)}")
+    grading.expect(cause.strip().upper() == TRAP_CAUSE,
+                   "CAUSE: that is not why the silently wrong captures are wrong", TRAP_CAUSE, cause)
