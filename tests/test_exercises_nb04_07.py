@@ -366,3 +366,9 @@ def test_prefix_admit_goes_through_the_out_of_process_judge(prefix_admit, tmp_pa
     assert verdicts["solution"]["status"] == "passed", verdicts
     assert verdicts["never_held"]["status"] == "failed"
     assert "held" in verdicts["never_held"]["message"]
+
+
+def test_hidden_checks_fail_near_misses(choose, async_bound):
+    _fails("05.choose_buckets_hidden", lambda b, k: choose(b, k - 1) if k > 1 else choose(b, k), says="pads fewer")
+    _fails("06.prefix_admit_hidden", _variant(no_last_block_rule=True), says="block size 1, whole prompt cached")
+    _fails("07.async_bound_hidden", lambda s, d: async_bound(s, 1.0), says="async wall time")
