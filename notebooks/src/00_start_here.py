@@ -199,21 +199,46 @@ roof = RooflineExplorer(own, notebook.record("roofline", quiet=True), own_name="
 widgets.show(roof.widget, roof.figure, "the roofline explorer")
 
 # %% [markdown]
-# ## Exercise 00.attainable: read the roofline
+# ## Exercise 00.decode_batch: when does a decode step become compute-bound?
 #
-# Write `attainable_tflops(intensity, bandwidth_gbs, peak_tflops)`: the best TFLOP/s a kernel of
-# arithmetic intensity `intensity` (FLOP/byte) can reach on a machine with the given bandwidth
-# (GB/s) and compute peak (TFLOP/s).
+# A decode step multiplies the activations of `batch` sequences (one row each) by every `n x n`
+# weight matrix: the explorer's "matrix-vector" operation. Take `n = 8192`, bf16, and the **H200's
+# datasheet** roofline (`device.peaks("H200")`: its bf16 peak and its HBM bandwidth).
+#
+# 1. **Predict**, without running anything, the smallest batch at which this product becomes
+#    compute-bound: `PREDICTED_BATCH` (an int). Run the cell once before writing step 2; the check
+#    needs the prediction but does not grade it.
+# 2. **Measure** it with the course's functions (`roofline.op_cost` and `roofline.place`, what the
+#    explorer above runs): `BATCH`, the smallest compute-bound batch.
+# 3. **Explain**: with fp8 weights and activations (1 byte per element, and the H200's fp8 peak),
+#    what happens to that batch? `FP8` is the letter: (A) it about halves; (B) it stays the same;
+#    (C) it about doubles; (D) it about quadruples.
 
-# %% {"course_kit": {"exercise": "00.attainable", "role": "solution", "points": 1}}
-def attainable_tflops(intensity, bandwidth_gbs, peak_tflops):
-    ### BEGIN SOLUTION
-    return min(peak_tflops, intensity * bandwidth_gbs / 1e3)
-    ### END SOLUTION
+# %% {"course_kit": {"exercise": "00.decode_batch", "role": "solution", "points": 2, "task": "record PREDICTED_BATCH, then measure BATCH, then answer FP8 (see the task above)"}}
+# 1. predict (before measuring)
+### BEGIN SOLUTION
+PREDICTED_BATCH = 206      # the ridge in FLOP per byte: close, but not the answer
+### END SOLUTION
+# 2. measure
+### BEGIN SOLUTION
+h200 = device.peaks("H200")
 
-# %% {"course_kit": {"exercise": "00.attainable", "role": "check"}}
+
+def bound(batch, dtype="bf16"):
+    cost = roofline.op_cost("matrix-vector (decode, n x n weights)", 8192, dtype, batch)
+    return roofline.place(cost, h200.hbm_gbs, {dtype: h200.tflops(dtype)})["bound"]
+
+
+BATCH = next(b for b in range(1, 10_000) if bound(b) == "compute")
+### END SOLUTION
+# 3. explain
+### BEGIN SOLUTION
+FP8 = "B"   # half the bytes doubles the intensity, and the fp8 peak doubles the ridge too
+### END SOLUTION
+
+# %% {"course_kit": {"exercise": "00.decode_batch", "role": "check"}}
 from course_kit import grading
-grading.check("00.attainable", attainable_tflops)
+grading.check("00.decode_batch", PREDICTED_BATCH, BATCH, FP8)
 
 # %% [markdown]
 # ## Summary

@@ -410,65 +410,117 @@ elif ref is not None:
 # %% [markdown]
 # ## Exercises
 #
-# ### Exercise 01.bf16_round: round fp32 to bf16 with integer operations
+# ### Exercise 01.fp8_round: round fp32 to fp8 e4m3fn yourself
 #
-# bf16 is the top 16 bits of an fp32. Rounding to nearest, ties to even, can be done on the bits:
-# add `0x7FFF` plus the lowest bit you keep (bit 16), then clear the low 16 bits. A carry out of
-# the mantissa bumps the exponent, which is exactly right (up to inf). NaN must stay NaN.
+# Section 2 let torch do every fp8 rounding. Now do it yourself. Write `round_to_e4m3(x)`: for a
+# float32 tensor, return a float32 tensor holding the values fp8 **e4m3fn** stores for it (round to
+# nearest, ties to even), exactly what `x.to(torch.float8_e4m3fn).float()` gives in this torch:
+# - normal numbers keep 3 mantissa bits; below the smallest normal (`2^-6`) the grid of subnormals
+#   goes on down to zero;
+# - beyond the range, do what the e4m3fn cell of section 2 showed this torch doing;
+# - the sign is kept, also the sign of a zero; NaN stays NaN.
 #
-# Write `round_to_bf16(x)` for a float32 tensor, returning a float32 tensor holding the rounded
-# values. Use `x.view(torch.int32)` and integer arithmetic; do not use torch's bf16 cast (the check
-# compares you against it on edge cases and random values).
+# Do not use a torch float8 dtype: use arithmetic on the values or on their bits. The check compares
+# you with torch's own cast, bit for bit, on edge cases (ties, carries into the exponent, the top of
+# the range, subnormals) and random values, and a hidden check on random bit patterns.
 
-# %% {"course_kit": {"exercise": "01.bf16_round", "role": "solution", "points": 3}}
-def round_to_bf16(x: torch.Tensor) -> torch.Tensor:
+# %% {"course_kit": {"exercise": "01.fp8_round", "role": "solution", "points": 3, "task": "write round_to_e4m3(x) (see the task above)"}}
+def round_to_e4m3(x: torch.Tensor) -> torch.Tensor:
     ### BEGIN SOLUTION
-    bits = x.view(torch.int32).to(torch.int64) & 0xFFFFFFFF      # unsigned 32-bit pattern
-    keep_lsb = (bits >> 16) & 1
-    rounded = (bits + 0x7FFF + keep_lsb) & 0xFFFF0000
-    rounded = torch.where(torch.isnan(x), bits | 0x00400000, rounded)   # NaN stays (quiet) NaN
-    signed = torch.where(rounded >= 2 ** 31, rounded - 2 ** 32, rounded).to(torch.int32)
-    return signed.view(torch.float32)
+    a = x.abs().to(torch.float64).clamp(max=1e4)            # far beyond 448: saturates anyway, and no inf
+    _, e = torch.frexp(a)                                    # a = m * 2**e with m in [0.5, 1)
+    step = torch.exp2((e - 1).clamp(min=-6).to(torch.float64) - 3)   # the grid spacing; subnormals: 2**-9
+    q = torch.round(a / step) * step                         # torch.round: half to even
+    q = q.clamp(max=448.0)                                   # this torch saturates beyond the range
+    q = torch.where(torch.signbit(x), -q, q)                 # the sign, also of zero
+    return torch.where(torch.isnan(x), x, q.to(torch.float32))
     ### END SOLUTION
 
-# %% {"course_kit": {"exercise": "01.bf16_round", "role": "check"}}
+# %% {"course_kit": {"exercise": "01.fp8_round", "role": "check"}}
 from course_kit import grading
-grading.check("01.bf16_round", round_to_bf16)
+grading.check("01.fp8_round", round_to_e4m3)
 
-# %% {"course_kit": {"exercise": "01.bf16_round", "role": "hidden"}}
-grading.check("01.bf16_round_hidden", round_to_bf16)
+# %% {"course_kit": {"exercise": "01.fp8_round", "role": "hidden"}}
+grading.check("01.fp8_round_hidden", round_to_e4m3)
 
 # %% [markdown]
 # ### Exercise 01.predict_overflow: predict the outcome
 #
-# For each `(value, format)` below, predict the outcome **without running the explorer**: one of
+# For each `(value, format)` below, predict the outcome **without running anything**: one of
 # `"exact"`, `"rounded"`, `"underflow to subnormal"`, `"flushed to zero"`, `"overflow to inf"`,
-# `"saturated"`, `"NaN"`. (Integers use scale 1.) Use the limits table of section 1.
+# `"saturated"`, `"NaN"`. (Integers use scale 1.) The limits table of section 1 has what you need;
+# none of these values is in the tables above.
 #
-# `(70000, fp16)`, `(70000, bf16)`, `(65504, fp16)`, `(1e-8, fp16)`, `(1e-6, fp16)`,
-# `(0.001, fp8_e4m3fn)`, `(460, fp8_e4m3fn)`, `(1e5, fp8_e5m2)`, `(300, int8)`, `(3, bf16)`,
-# `(0.1, fp32)`, `(1e39, bf16)`
+# `(65519, fp16)`, `(65536, fp16)`, `(3e-8, fp16)`, `(2.9e-8, fp16)`, `(240, fp8_e4m3fn)`,
+# `(250, fp8_e4m3fn)`, `(0.0009, fp8_e4m3fn)`, `(0.001, fp8_e5m2)`, `(127.5, int8)`, `(8, int4)`,
+# `(16777217, fp32)`, `(1e-46, fp32)`
+#
+# Write them as `predictions = {(65519.0, "fp16"): "...", ...}` (values as floats). Then, if you
+# like, check yourself with the explorer: `explorer.slider.value = 65519.0`.
 
-# %% {"course_kit": {"exercise": "01.predict_overflow", "role": "solution", "points": 2}}
+# %% {"course_kit": {"exercise": "01.predict_overflow", "role": "solution", "points": 2, "task": "fill predictions with one outcome per (value, format) (see the task above)"}}
 ### BEGIN SOLUTION
 predictions = {
-    (70000.0, "fp16"): "overflow to inf",           # above 65504 + half an ulp (65520)
-    (70000.0, "bf16"): "rounded",                   # in range, but only 8 significant bits
-    (65504.0, "fp16"): "exact",                     # fp16's max
-    (1e-8, "fp16"): "flushed to zero",              # below half the smallest subnormal (5.96e-8)
-    (1e-6, "fp16"): "underflow to subnormal",       # below the smallest normal (6.1e-5)
-    (0.001, "fp8_e4m3fn"): "underflow to subnormal",  # 0.512 of the smallest subnormal: rounds up
-    (460.0, "fp8_e4m3fn"): "rounded",               # below 464, the halfway point: rounds to 448
-    (1e5, "fp8_e5m2"): "overflow to inf",           # e5m2 has inf, max 57344
-    (300.0, "int8"): "saturated",                   # clamped to 127
-    (3.0, "bf16"): "exact",
-    (0.1, "fp32"): "rounded",                       # 0.1 has no finite binary expansion
-    (1e39, "bf16"): "overflow to inf",              # above 3.39e38
+    (65519.0, "fp16"): "rounded",                   # below 65504 + half an ulp (65520): rounds to the max
+    (65536.0, "fp16"): "overflow to inf",
+    (3e-8, "fp16"): "underflow to subnormal",       # just above half the smallest subnormal: rounds up to it
+    (2.9e-8, "fp16"): "flushed to zero",            # below half the smallest subnormal (2^-25)
+    (240.0, "fp8_e4m3fn"): "exact",                 # 1.875 x 2^7
+    (250.0, "fp8_e4m3fn"): "rounded",               # to 256: the spacing is 16 there
+    (0.0009, "fp8_e4m3fn"): "flushed to zero",      # below half of 2^-9
+    (0.001, "fp8_e5m2"): "rounded",                 # a normal e5m2 value (smallest normal 2^-14)
+    (127.5, "int8"): "saturated",                   # half to even gives 128, clamped to 127
+    (8.0, "int4"): "saturated",                     # int4 ends at 7
+    (16777217.0, "fp32"): "rounded",                # 2^24 + 1 needs 25 significant bits
+    (1e-46, "fp32"): "flushed to zero",             # below half of fp32's smallest subnormal (1.4e-45)
 }
 ### END SOLUTION
 
 # %% {"course_kit": {"exercise": "01.predict_overflow", "role": "check"}}
 grading.check("01.predict_overflow", predictions)
+
+# %% [markdown]
+# ### Exercise 01.overflow_point: where does an attention-score chain overflow in fp16?
+#
+# `q` and `k` are `4 x 64` fp16 matrices whose entries all equal `x`. Two ways to compute attention
+# probabilities with head dimension `d = 64`:
+# - **after**: `torch.softmax((q @ k.T) / math.sqrt(64), -1)` (scale the scores after the matmul);
+# - **before**: `torch.softmax((q / math.sqrt(64)) @ k.T, -1)` (scale `q` before it).
+#
+# 1. **Predict**, without running anything, the smallest positive fp16 `x` for which each chain's
+#    output holds an inf or a NaN. Record it in `PREDICTION = {"after": ..., "before": ...}` and run
+#    the cell once before writing step 2 (the check needs it, but does not grade it).
+# 2. **Measure** it on the CPU with torch: `X_AFTER` and `X_BEFORE`, each an exact fp16 value.
+# 3. **Explain**: `CULPRIT`, the letter of the operation that first produces an inf in the *after*
+#    chain: (A) `exp` inside the softmax; (B) the matmul `q @ k.T`; (C) the division by `sqrt(64)`;
+#    (D) the softmax's sum of exponentials.
+
+# %% {"course_kit": {"exercise": "01.overflow_point", "role": "solution", "points": 2, "task": "record PREDICTION, then measure X_AFTER and X_BEFORE, then answer CULPRIT (see the task above)"}}
+# 1. predict (before measuring)
+### BEGIN SOLUTION
+PREDICTION = {"after": 1.2, "before": 1.2}   # exp(8 x^2) overflowing? wrong, and still accepted: only recorded
+### END SOLUTION
+# 2. measure
+### BEGIN SOLUTION
+xs = torch.arange(0x3C00, 0x7C00, dtype=torch.int16).view(torch.float16)   # every fp16 value from 1 to 65504
+
+
+def first_bad(prescale):
+    q = xs[:, None, None].expand(-1, 4, 64).contiguous()
+    s = (q / math.sqrt(64)) @ q.transpose(1, 2) if prescale else (q @ q.transpose(1, 2)) / math.sqrt(64)
+    bad = ~torch.isfinite(torch.softmax(s, -1)).flatten(1).all(1)
+    return float(xs[int(bad.nonzero()[0])])
+
+
+X_AFTER, X_BEFORE = first_bad(False), first_bad(True)
+### END SOLUTION
+# 3. explain
+### BEGIN SOLUTION
+CULPRIT = "B"    # 64 x^2 passes 65504 at x = 32; softmax subtracts the row max, so exp never overflows
+### END SOLUTION
+
+# %% {"course_kit": {"exercise": "01.overflow_point", "role": "check"}}
+grading.check("01.overflow_point", PREDICTION, X_AFTER, X_BEFORE, CULPRIT)
 
 # %% [markdown]
 # ### Exercise 01.memory: the memory of Llama-3.1-8B
@@ -478,23 +530,23 @@ grading.check("01.predict_overflow", predictions)
 # embeddings, an RMSNorm weight vector before attention and before the MLP of every layer, and one
 # final RMSNorm. No biases. Compute, from these numbers alone:
 # - `n_params`: its parameter count;
-# - `weights_gb`: its bf16 weights in GB (1e9 bytes);
-# - `adam_gb`: the model state of mixed-precision Adam training in GB;
-# - `kv_gb`: the bf16 KV cache of 4 sequences of 8192 tokens in GB.
+# - `weights_gib`: its bf16 weights in GiB (2^30 bytes, the unit of this notebook);
+# - `adam_gib`: the model state of mixed-precision Adam training in GiB;
+# - `kv_gib`: the bf16 KV cache of 4 sequences of 8192 tokens in GiB.
 
-# %% {"course_kit": {"exercise": "01.memory", "role": "solution", "points": 2}}
+# %% {"course_kit": {"exercise": "01.memory", "role": "solution", "points": 2, "task": "compute n_params, weights_gib, adam_gib and kv_gib (see the task above)"}}
 ### BEGIN SOLUTION
 L, h, heads, kv_heads, inter, vocab = 32, 4096, 32, 8, 14336, 128256
 d = h // heads
 per_layer = h * h + 2 * h * kv_heads * d + h * h + 3 * h * inter + 2 * h   # q, k, v, o, MLP, norms
 n_params = L * per_layer + 2 * vocab * h + h
-weights_gb = n_params * 2 / 1e9
-adam_gb = n_params * 16 / 1e9
-kv_gb = 2 * L * kv_heads * d * 8192 * 4 * 2 / 1e9
+weights_gib = n_params * 2 / 2**30
+adam_gib = n_params * 16 / 2**30
+kv_gib = 2 * L * kv_heads * d * 8192 * 4 * 2 / 2**30
 ### END SOLUTION
 
 # %% {"course_kit": {"exercise": "01.memory", "role": "check"}}
-grading.check("01.memory", n_params, weights_gb, adam_gb, kv_gb)
+grading.check("01.memory", n_params, weights_gib, adam_gib, kv_gib)
 
 # %% [markdown]
 # ## Summary

@@ -290,35 +290,83 @@ else:
 fig
 
 # %% [markdown]
-# ## Exercise 02.scaler_update: the update rule
+# ## Exercise 02.rescue_scale: the smallest loss scale that rescues the logits' gradient
 #
-# Write `update(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval)`
-# returning `(new_scale, new_growth_tracker)`, exactly as `GradScaler.update` does it: on an
-# overflow multiply the scale by `backoff_factor` and reset the tracker; otherwise count the clean
-# step, and when the count reaches `growth_interval` multiply the scale by `growth_factor` (only if
-# the result is finite in fp32) and reset the count. The scale is stored in fp32: round to fp32
-# (for example with `float(numpy.float32(x))`). The check compares your rule against torch's own
-# on long sequences of overflows and clean steps.
+# Take the smoke TinyGPT with a wider vocabulary and longer rows, on the CPU, and its first batch of 16:
+#
+# ```python
+# rcfg = tiny_gpt.config("smoke", vocab=1024, seq_len=64)
+# rtokens = tiny_gpt.batches(tiny_gpt.markov_tokens(rcfg.vocab, 50 * rcfg.seq_len, seed=0), 16,
+#                            rcfg.seq_len, 1, seed=0, device="cpu")[0]
+# rmodel = tiny_gpt.TinyGPT.from_config(rcfg, seed=0, device="cpu")
+# ```
+#
+# Under fp16 autocast with no scaler, many entries of the gradient of its logits are subnormal in
+# fp16 or flushed to zero.
+# 1. **Predict** the smallest power-of-two loss scale `S = 2^k` at which **every** entry of the fp16
+#    gradient of the logits is a normal fp16 number (nothing zero, nothing subnormal): record
+#    `PREDICTED_LOG2 = k` and run the cell once before writing step 2 (the check needs it, but does
+#    not grade it). Section 2's formula for the typical entry is a start; the smallest entries matter.
+# 2. **Measure** it with `amp.activation_grads(rmodel, rtokens, "fp16_noscale", scale=2.0**k)`
+#    (section 2's function): `LOG2_SCALE`, the smallest such `k`.
+# 3. **Explain**: with a batch of 32 instead of 16, the smallest scale (A) halves; (B) stays the
+#    same; (C) doubles; (D) quadruples. `DOUBLED` is the letter.
 
-# %% {"course_kit": {"exercise": "02.scaler_update", "role": "solution", "points": 2}}
-import numpy as np
+# %% {"course_kit": {"exercise": "02.rescue_scale", "role": "solution", "points": 2, "task": "record PREDICTED_LOG2, then measure LOG2_SCALE, then answer DOUBLED (see the task above)"}}
+rcfg = tiny_gpt.config("smoke", vocab=1024, seq_len=64)
+rtokens = tiny_gpt.batches(tiny_gpt.markov_tokens(rcfg.vocab, 50 * rcfg.seq_len, seed=0), 16,
+                           rcfg.seq_len, 1, seed=0, device="cpu")[0]
+rmodel = tiny_gpt.TinyGPT.from_config(rcfg, seed=0, device="cpu")
+# 1. predict (before measuring)
+### BEGIN SOLUTION
+PREDICTED_LOG2 = 4      # 1 / (N V) = 2^-20 for the typical entry: 2^-20 x 2^6 = 2^-14... plus a margin
+### END SOLUTION
+# 2. measure
+### BEGIN SOLUTION
+def all_normal(k):
+    g = amp.activation_grads(rmodel, rtokens, "fp16_noscale", scale=2.0**k)["logits"]["mags"] * 2.0**k
+    return bool((g >= 2.0**-14).all())
 
 
-def update(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+LOG2_SCALE = next(k for k in range(0, 64) if all_normal(k))
+### END SOLUTION
+# 3. explain
+### BEGIN SOLUTION
+DOUBLED = "C"     # the loss is a mean over twice the tokens: every logit's gradient halves
+### END SOLUTION
+
+# %% {"course_kit": {"exercise": "02.rescue_scale", "role": "check"}}
+from course_kit import grading
+grading.check("02.rescue_scale", PREDICTED_LOG2, LOG2_SCALE, DOUBLED)
+
+# %% [markdown]
+# ## Exercise 02.unscale_clip: gradient clipping with a loss scaler
+#
+# Section 3's scaler never clipped gradients, but most training loops do, and with a scaler the order
+# matters. PyTorch's recipe: `scaler.scale(loss).backward()`, then `scaler.unscale_(optimizer)`,
+# then `torch.nn.utils.clip_grad_norm_(params, max_norm)`, then `scaler.step(optimizer)`.
+#
+# Write `unscale_and_clip(grads, scale, max_norm)`: `grads` is a list of fp32 tensors as the
+# backward pass of `scale x loss` left them. Return the list of gradients the optimizer step would
+# use, exactly as that recipe leaves them (`unscale_` as torch does it, then the clip over the
+# *total* norm of all the gradients, with `clip_grad_norm_`'s own formula), or `None` when
+# `scaler.step` would skip the step. Do not call `GradScaler` or `clip_grad_norm_`: the check
+# compares you with them, on seeded gradients you do not see.
+
+# %% {"course_kit": {"exercise": "02.unscale_clip", "role": "solution", "points": 3, "task": "write unscale_and_clip(grads, scale, max_norm) (see the task above)"}}
+def unscale_and_clip(grads, scale, max_norm):
     ### BEGIN SOLUTION
-    with np.errstate(over="ignore"):
-        if found_inf:
-            return float(np.float32(scale * backoff_factor)), 0
-        growth_tracker += 1
-        if growth_tracker == growth_interval:
-            grown = float(np.float32(scale * growth_factor))
-            return (grown if np.isfinite(grown) else scale), 0
-        return scale, growth_tracker
+    if not all(bool(torch.isfinite(g).all()) for g in grads):
+        return None                                          # GradScaler.step skips this step
+    inv = float(torch.tensor(1.0 / scale, dtype=torch.float64).float())   # 1/S in fp64, rounded to fp32
+    grads = [g * inv for g in grads]
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)  # clip_grad_norm_ never scales up
+    return [g * coef for g in grads]
     ### END SOLUTION
 
-# %% {"course_kit": {"exercise": "02.scaler_update", "role": "check"}}
-from course_kit import grading
-grading.check("02.scaler_update", update)
+# %% {"course_kit": {"exercise": "02.unscale_clip", "role": "check"}}
+grading.check("02.unscale_clip", unscale_and_clip)
 
 # %% [markdown]
 # ## Summary

@@ -307,6 +307,51 @@ from course_kit import grading
 grading.check("03.fullgraph", fixed)
 
 # %% [markdown]
+# ## Exercise 03.recompiles: how many graphs does each call compile?
+#
+# `two_graphs` has one graph break in the middle (`torch._dynamo.graph_break()` stands for a `print`
+# or a Python `if` on a tensor's value). It is called, compiled with the default settings (automatic
+# dynamic shapes), on inputs of these shapes, in this order:
+
+# %%
+SHAPES = [(8, 64), (8, 64), (16, 64), (24, 64), (24, 32), (40, 32)]
+
+
+def two_graphs(x):
+    h = torch.tanh(x @ x.T)
+    torch._dynamo.graph_break()      # stands for a print or a Python `if` on a tensor's value
+    return (h @ x).softmax(-1)
+
+# %% [markdown]
+# 1. **Predict** how many graphs Dynamo compiles on each of the six calls: `PREDICTED`, a list of
+#    six ints. Run the cell once before writing step 2 (the check needs it, but does not grade it).
+# 2. **Measure** with section 5's counter, `cm.count_compiles`: `PER_CALL`, the graphs compiled on
+#    each call with automatic dynamic shapes, and `STATIC_TOTAL`, the total with `dynamic=False`.
+# 3. **Explain**: why does call 5 compile at all? `WHY` is the letter: (A) its second dimension
+#    changed, and so far only the first dimension had been made symbolic; (B) every call after a
+#    graph break recompiles once the shape changes; (C) Dynamo's cache evicted the graphs of batch 24;
+#    (D) 32 is a power of two, which Dynamo specialises.
+
+# %% {"course_kit": {"exercise": "03.recompiles", "role": "solution", "points": 2, "task": "record PREDICTED, then measure PER_CALL and STATIC_TOTAL, then answer WHY (see the task above)"}}
+# 1. predict (before measuring)
+### BEGIN SOLUTION
+PREDICTED = [2, 0, 2, 0, 0, 0]       # missing the recompile of call 5: still accepted, only recorded
+### END SOLUTION
+# 2. measure
+### BEGIN SOLUTION
+PER_CALL = cm.count_compiles(two_graphs, SHAPES, "automatic")["compiled_on_call"]
+STATIC_TOTAL = cm.count_compiles(two_graphs, SHAPES, "static")["compiles"]
+### END SOLUTION
+# 3. explain
+### BEGIN SOLUTION
+WHY = "A"
+### END SOLUTION
+
+# %% {"course_kit": {"exercise": "03.recompiles", "role": "check"}}
+from course_kit import grading
+grading.check("03.recompiles", PREDICTED, PER_CALL, STATIC_TOTAL, WHY)
+
+# %% [markdown]
 # ## Summary
 # - Inductor fuses chains of elementwise operations into one kernel: intermediates stay in registers,
 #   and memory traffic falls by the number of round trips saved.

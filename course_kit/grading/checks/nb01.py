@@ -1,17 +1,31 @@
-"""Checks for notebook 01 (dtypes and overflow)."""
+"""Checks for notebook 01 (dtypes and overflow).
+
+- 01.fp8_round: implement round-to-nearest-even fp32 -> fp8 e4m3fn (not shown in the notebook);
+  the oracle is torch's own cast, bit for bit, on ties, subnormals, saturation, signed zero, NaN.
+- 01.predict_overflow: predict the outcome of storing values that no table above shows.
+- 01.overflow_point: predict, then measure, the smallest fp16 x at which an attention-score chain
+  gives inf or NaN, with the scaling after or before the matmul; then say which op overflowed.
+- 01.memory: Llama-3.1-8B's parameters, weights, Adam state and KV cache, in GiB.
+"""
 from __future__ import annotations
+
+import math
 
 import torch
 
 from course_kit import grading
 from course_kit.grading.checks import feedback
 
-# fp32 values where a bf16 rounding goes wrong in the usual ways: ties (to even, both
-# directions), carries into the exponent, the top of the range, subnormals, signed zero, inf, NaN.
-EDGE_BITS = [
-    0x3F808000, 0x3F818000, 0x3F80FFFF, 0x3F808001, 0x3FFF8000, 0x3FFFFFFF, 0x7F7F7FFF,
-    0x7F7F8000, 0x7F7FFFFF, 0x00000001, 0x00008000, 0x00018000, 0x007FFFFF, 0x80000000,
-    0x00000000, 0x7F800000, 0xFF800000, 0xBF808000, 0xC0FF8000, 0xFF7F8000,
+# ---- 01.fp8_round -------------------------------------------------------------------------------
+
+# fp32 values where an e4m3fn rounding goes wrong in the usual ways: ties to even (both directions),
+# carries into the exponent, the top of the range (448, the tie at 464, saturation beyond it and at
+# inf), subnormals and their ties (half the smallest subnormal goes to zero), signed zero, NaN.
+FP8_EDGES = [
+    1.0625, 1.1875, -1.0625, -1.1875, 1.9375, 15.5, 0.1, 3.0, 240.0, 250.0, 448.0, 456.0, 464.0,
+    464.00003, 465.0, 479.0, 1e4, -1e4, math.inf, -math.inf, 2.0 ** -6, 2.0 ** -9, 2.0 ** -10,
+    3 * 2.0 ** -10, 5 * 2.0 ** -10, 2.0 ** -11, 0.9 * 2.0 ** -10, 7.5 * 2.0 ** -9, 6.5 * 2.0 ** -9,
+    -3 * 2.0 ** -10, -(2.0 ** -12), 1e-30, 0.0, -0.0, math.nan, 2.0 ** -7 * 1.0625,
 ]
 
 
@@ -20,63 +34,70 @@ def from_bits(bits: list[int]) -> torch.Tensor:
     return torch.tensor(signed, dtype=torch.int32).view(torch.float32)
 
 
-def _bf16_cases() -> list[tuple]:
+def fp8_cases() -> list[tuple]:
     g = torch.Generator().manual_seed(101)
-    x = torch.randn(4096, generator=g) * torch.exp2(torch.randint(-60, 60, (4096,), generator=g).float())
-    return [(from_bits(EDGE_BITS),), (x,)]
+    x = torch.randn(4096, generator=g) * torch.exp2(torch.randint(-14, 10, (4096,), generator=g).float())
+    return [(torch.tensor(FP8_EDGES, dtype=torch.float32),), (x,)]
 
 
-def compare_bf16(fn, x: torch.Tensor, label: str) -> None:
-    """fn(x) must equal torch's own fp32 -> bf16 -> fp32 cast, bit for bit (NaN: only 'is NaN')."""
+def compare_fp8(fn, x: torch.Tensor, label: str) -> None:
+    """fn(x) must equal torch's own fp32 -> e4m3fn -> fp32 cast, bit for bit (NaN: only 'is NaN')."""
     got = fn(x)
-    want = x.to(torch.bfloat16).to(torch.float32)           # torch's own cast is the oracle
-    feedback.tensor(got, want, f"round_to_bf16 on {label}", exact=True)
+    want = x.to(torch.float8_e4m3fn).to(torch.float32)       # torch's own cast is the oracle
+    feedback.tensor(got, want, f"round_to_e4m3 on {label}", exact=True)
     same = (got.view(torch.int32) == want.view(torch.int32)) | (got.isnan() & want.isnan())
     if not bool(same.all()):
         i = int((~same).nonzero()[0])
-        bits = x[i:i + 1].view(torch.int32).item() & 0xFFFFFFFF
-        raise feedback.Wrong(f"round_to_bf16 on {label}: {int((~same).sum())} values have the wrong bits, "
-                             f"e.g. the input with fp32 bits 0x{bits:08X} gives {got[i].item()!r}",
-                             expected=want[i].item())
+        raise feedback.Wrong(f"round_to_e4m3 on {label}: {int((~same).sum())} values have the wrong bits, "
+                             f"e.g. the input {x[i].item()!r} gives {got[i].item()!r}", expected=want[i].item())
 
 
-BF16_HINT = """View the fp32 bits as integers (`x.view(torch.int32)`, then work in int64 so the top
-bit is not a sign). Round to nearest even: add 0x7FFF plus the lowest kept bit (bit 16), then clear
-the low 16 bits. NaN needs its own case (keep it a NaN); signed zeros and infinities come out right
-by themselves."""
+FP8_HINT = """Split |x| into 2^e x m with e = floor(log2|x|) (torch.frexp does it exactly), but never let
+e go below e4m3fn's smallest normal exponent (-6): below it the grid spacing stays 2^-9 (subnormals).
+With 3 mantissa bits the spacing at exponent e is 2^(e-3): divide by it, round half to even
+(torch.round does), multiply back. Then the top: what does this torch store beyond 448 (section 2
+printed it)? Keep the sign (also of zero) and NaN."""
 
 
-@grading.exercise("01.bf16_round", cases=_bf16_cases, source=True, hint=BF16_HINT)
-def bf16_round(fn, source: str = "") -> None:
-    if "bfloat16" in source:
-        raise feedback.Wrong("the solution uses torch.bfloat16: round with integer bit operations only")
-    edge, rand = (c[0] for c in _bf16_cases())
-    compare_bf16(fn, edge, "edge cases (ties, carries, subnormals, signed zero, inf, NaN)")
-    compare_bf16(fn, rand, "random values")
+@grading.exercise("01.fp8_round", cases=fp8_cases, source=True, hint=FP8_HINT)
+def fp8_round(fn, source: str = "") -> None:
+    if "float8" in source:
+        raise feedback.Wrong("the solution uses a torch float8 dtype: round with arithmetic on the values or bits")
+    edge, rand = (c[0] for c in fp8_cases())
+    compare_fp8(fn, edge, "edge cases (ties, carries, the top of the range, subnormals, signed zero, NaN)")
+    compare_fp8(fn, rand, "random values")
 
 
-# Cases of the prediction exercise; the expected answers come from torch, through the explorer.
+# ---- 01.predict_overflow ------------------------------------------------------------------------
+
+# None of these (value, format) pairs is shown above the exercise (edge-case table, explorer,
+# e4m3fn beyond-448 list): the expected answers come from torch, through dtypes.classify.
 OVERFLOW_CASES = [
-    (70000.0, "fp16"), (70000.0, "bf16"), (65504.0, "fp16"), (1e-8, "fp16"), (1e-6, "fp16"),
-    (0.001, "fp8_e4m3fn"), (460.0, "fp8_e4m3fn"), (1e5, "fp8_e5m2"), (300.0, "int8"),
-    (3.0, "bf16"), (0.1, "fp32"), (1e39, "bf16"),
+    (65519.0, "fp16"), (65536.0, "fp16"), (3e-8, "fp16"), (2.9e-8, "fp16"), (240.0, "fp8_e4m3fn"),
+    (250.0, "fp8_e4m3fn"), (0.0009, "fp8_e4m3fn"), (0.001, "fp8_e5m2"), (127.5, "int8"), (8.0, "int4"),
+    (16777217.0, "fp32"), (1e-46, "fp32"),
 ]
 
-PREDICT_HINT = """Compare each value with the format's limits in the table of section 1: above the
-largest finite value (plus half an ulp) a float overflows to inf, except e4m3fn, which has no inf
-(NaN) and int8, which saturates; below the smallest normal it becomes subnormal, and below half the
-smallest subnormal it flushes to zero. In range, it is exact only if it fits the mantissa bits."""
+PREDICT_HINT = """Compare each value with the format's limits in the table of section 1. A float
+overflows only beyond its max plus half an ulp (below that it rounds to the max); below half the
+smallest subnormal it flushes to zero, between that and the smallest subnormal it rounds up to it.
+Integers round half to even, then saturate. In range, a value is exact only if its significant bits
+fit the mantissa."""
 
 
 @grading.exercise("01.predict_overflow", hint=PREDICT_HINT)
 def predict_overflow(predictions) -> None:
     from course_kit import dtypes
-    grading.expect(isinstance(predictions, dict), "predictions", "a dict {(value, format): outcome}",
-                   type(predictions).__name__)
+    grading.expect(isinstance(predictions, dict), "predictions: expected a dict {(value, format): outcome}",
+                   "a dict", feedback.describe(predictions))
     missing = [c for c in OVERFLOW_CASES if c not in predictions]
     if missing:
         raise feedback.Wrong(f"predictions: no prediction for {missing[0]} ({len(missing)} missing); "
                              f"keys are (value, format) tuples, outcomes one of {list(dtypes.OUTCOMES)}")
+    unknown = [c for c in OVERFLOW_CASES if predictions[c] not in dtypes.OUTCOMES]
+    if unknown:
+        raise feedback.Wrong(f"predictions[{unknown[0]}]: {str(predictions[unknown[0]])[:40]!r} is not one of "
+                             f"{list(dtypes.OUTCOMES)}")
     wrong = [c for c in OVERFLOW_CASES if predictions[c] != dtypes.classify(*c).outcome]
     if wrong:
         raise feedback.Wrong(
@@ -85,24 +106,90 @@ def predict_overflow(predictions) -> None:
             expected={c: dtypes.classify(*c).outcome for c in wrong})
 
 
+# ---- 01.overflow_point --------------------------------------------------------------------------
+
+HEAD_DIM = 64
+
+
+def scores_chain(x: torch.Tensor, prescale: bool) -> torch.Tensor:
+    """For each fp16 value in x: softmax of the scores of q = k = a 4 x 64 matrix filled with it,
+    scaled by 1/sqrt(64) after the matmul (prescale=False) or on q before it (prescale=True)."""
+    q = x.to(torch.float16)[:, None, None].expand(-1, 4, HEAD_DIM).contiguous()
+    k = q.transpose(1, 2)
+    s = (q / math.sqrt(HEAD_DIM)) @ k if prescale else (q @ k) / math.sqrt(HEAD_DIM)
+    return torch.softmax(s, -1)
+
+
+def overflow_points() -> dict:
+    """The smallest positive fp16 x whose chain output holds an inf or NaN, for each chain, measured
+    on every fp16 value from 1 to the max (the oracle of 01.overflow_point)."""
+    xs = torch.arange(0x3C00, 0x7C00, dtype=torch.int16).view(torch.float16)
+    out = {}
+    for name, pre in (("after", False), ("before", True)):
+        bad = ~torch.isfinite(scores_chain(xs, pre)).flatten(1).all(1)
+        out[name] = float(xs[int(bad.nonzero()[0])])
+    return out
+
+
+CULPRITS = ("A", "B", "C", "D")
+CULPRIT = "B"     # the matmul: 64 x^2 passes fp16's max; softmax subtracts the row max, exp never overflows
+
+OVERFLOW_POINT_HINT = """Measure: build q as torch.full((4, 64), x, dtype=torch.float16) and run the
+chain for many x, e.g. every fp16 value (torch.arange over the int16 bit patterns, .view(torch.float16)),
+then take the first x whose output is not all finite. To explain, print the intermediate results
+just below and at that x: which one is the first inf? (torch.softmax subtracts each row's max.)"""
+
+
+def _fp16_value(found, what: str) -> float:
+    if isinstance(found, bool) or not isinstance(found, (int, float)):
+        raise grading.Wrong(f"{what}: expected a number, found {feedback.describe(found)}")
+    if not math.isfinite(found) or found <= 0 or float(torch.tensor(found, dtype=torch.float16)) != found:
+        raise grading.Wrong(f"{what}: {found!r} is not a positive finite fp16 value")
+    return float(found)
+
+
+@grading.exercise("01.overflow_point", hint=OVERFLOW_POINT_HINT)
+def overflow_point(prediction, x_after, x_before, culprit) -> None:
+    """prediction: {"after": number, "before": number} recorded before measuring (not graded);
+    x_after, x_before: the measured overflow points; culprit: a letter."""
+    if not (isinstance(prediction, dict) and {"after", "before"} <= set(prediction)):
+        raise grading.Wrong("PREDICTION must be recorded before measuring: a dict with keys 'after' and "
+                            f"'before', found {feedback.describe(prediction)}")
+    want = overflow_points()
+    for name, found in (("after", x_after), ("before", x_before)):
+        what = f"X_{name.upper()} (scaling {name} the matmul)"
+        x = _fp16_value(found, what)
+        out = scores_chain(torch.tensor([x]), name == "before")
+        if bool(torch.isfinite(out).all()):
+            raise grading.Wrong(f"{what}: the chain's output at x = {x:g} is still finite", expected=want[name])
+        grading.expect(x == want[name], f"{what}: a smaller fp16 x already gives inf or NaN", want[name], x)
+    if not (isinstance(culprit, str) and culprit.strip().upper() in CULPRITS):
+        raise grading.Wrong(f"CULPRIT: expected one of {', '.join(map(repr, CULPRITS))}, found {culprit!r}"[:200])
+    grading.expect(culprit.strip().upper() == CULPRIT, "CULPRIT names an operation that does not overflow first",
+                   CULPRIT, culprit)
+
+
+# ---- 01.memory ----------------------------------------------------------------------------------
+
 MEMORY_HINT = """Per layer: q and o are hidden x hidden; k and v are hidden x (kv_heads x head_dim);
 the MLP has three hidden x intermediate matrices; two RMSNorm vectors. Add two embeddings
 (vocab x hidden, untied) and the final norm. Mixed-precision Adam keeps 16 bytes per parameter
 (bf16 weights and grads, fp32 master copy and two moments). The KV cache stores K and V, per layer,
-per KV head, per token, per sequence, 2 bytes each."""
+per KV head, per token, per sequence, 2 bytes each. A GiB is 2**30 bytes, not 1e9."""
 
 
 @grading.exercise("01.memory", hint=MEMORY_HINT)
-def model_memory(n_params, weights_gb, adam_gb, kv_gb) -> None:
+def model_memory(n_params, weights_gib, adam_gib, kv_gib) -> None:
     from course_kit import memory
     shape = memory.PRESETS["8b"]
     n = shape.n_params()
     if isinstance(n_params, bool) or not isinstance(n_params, (int, float)) or n_params != n:
-        what = "not a number" if not isinstance(n_params, (int, float)) else f"{n_params:,.0f}"
+        what = f"{n_params:,.0f}" if isinstance(n_params, (int, float)) else feedback.describe(n_params)
         raise feedback.Wrong(f"n_params: {what} is not the exact parameter count "
                              "(count every matrix, both embeddings and every norm)", expected=n)
-    feedback.number(weights_gb, memory.weights_bytes(n, "bf16") / 1e9, "weights_gb (bf16)", rel=2e-3)
-    feedback.number(adam_gb, sum(memory.training_bytes(n, "adam", mixed=True).values()) / 1e9,
-                    "adam_gb (mixed precision: weights, grads, master copy, moments)", rel=2e-3)
-    feedback.number(kv_gb, memory.kv_cache_bytes(shape.layers, shape.kv_heads, shape.head_dim, 8192, 4) / 1e9,
-                    "kv_gb (bf16, 8192 tokens, batch 4)", rel=2e-3)
+    gib = memory.GiB
+    feedback.number(weights_gib, memory.weights_bytes(n, "bf16") / gib, "weights_gib (bf16, in GiB)", rel=2e-3)
+    feedback.number(adam_gib, sum(memory.training_bytes(n, "adam", mixed=True).values()) / gib,
+                    "adam_gib (mixed precision: weights, grads, master copy, moments, in GiB)", rel=2e-3)
+    feedback.number(kv_gib, memory.kv_cache_bytes(shape.layers, shape.kv_heads, shape.head_dim, 8192, 4) / gib,
+                    "kv_gib (bf16, 8192 tokens, batch 4, in GiB)", rel=2e-3)

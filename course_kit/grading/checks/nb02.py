@@ -1,55 +1,161 @@
-"""Checks for notebook 02 (AMP and GradScaler)."""
+"""Checks for notebook 02 (AMP and GradScaler).
+
+- 02.rescue_scale: predict, then measure with `amp.activation_grads`, the smallest power-of-two loss
+  scale at which the fp16 gradient of a given model's logits holds only normal fp16 numbers (nothing
+  flushed to zero, nothing subnormal); then say what doubling the batch does to it.
+- 02.unscale_clip: implement what the notebook did not show: gradient clipping with a loss scaler
+  (unscale, skip on inf/NaN, clip the total norm), checked against torch's own `GradScaler.unscale_`
+  followed by `torch.nn.utils.clip_grad_norm_` on seeded gradients the learner does not see.
+"""
 from __future__ import annotations
+
+import functools
+import math
 
 import torch
 
 from course_kit import grading
+from course_kit.grading.checks import feedback
 
-# Overflow pattern: backoffs, growth after clean runs, a growth right after a backoff, long clean runs.
-_PATTERN = [True, True, False, False, False, True, False, False, False, False, False, False, True,
-            False, False, False, False, False, False, False, False]
-_CONFIGS = ((2.0**16, 2.0, 0.5, 3), (1024.0, 4.0, 0.25, 2), (2.0**127, 2.0, 0.5, 1))
+# ---- 02.rescue_scale ----------------------------------------------------------------------------
 
-
-def torch_rule(scale: float, tracker: int, found_inf: bool, growth: float, backoff: float,
-               interval: int) -> tuple[float, int]:
-    """torch's own update (the op GradScaler.update calls) on CPU tensors: the oracle."""
-    s = torch.tensor([scale], dtype=torch.float32)
-    t = torch.tensor([tracker], dtype=torch.int32)
-    torch._amp_update_scale_(s, t, torch.tensor([1.0 if found_inf else 0.0]), growth, backoff, interval)
-    return float(s), int(t)
+RESCUE = {"vocab": 1024, "seq_len": 64, "batch": 16, "seed": 0}
+FP16_SMALLEST_NORMAL = 2.0 ** -14
+CHOICES = ("A", "B", "C", "D")   # doubled batch: (A) the scale halves, (B) stays, (C) doubles, (D) quadruples
 
 
-def _cases() -> list[tuple]:
-    """Each step of torch's own trajectory, as (scale, tracker, found_inf, growth, backoff, interval)."""
+def rescue_model_and_tokens(batch: int | None = None):
+    """The exercise's model (the smoke TinyGPT with a wider vocabulary and longer rows) and its first
+    batch, on the CPU, exactly as the notebook's task builds them."""
+    from course_kit.models import tiny_gpt
+    cfg = tiny_gpt.config("smoke", vocab=RESCUE["vocab"], seq_len=RESCUE["seq_len"])
+    tokens = tiny_gpt.batches(tiny_gpt.markov_tokens(cfg.vocab, 50 * cfg.seq_len, seed=RESCUE["seed"]),
+                              batch or RESCUE["batch"], cfg.seq_len, 1, seed=RESCUE["seed"], device="cpu")[0]
+    return tiny_gpt.TinyGPT.from_config(cfg, seed=RESCUE["seed"], device="cpu"), tokens
+
+
+def all_normal(model, tokens, log2_scale: int) -> bool:
+    """Measured: under fp16 autocast with the loss times 2**log2_scale, is every entry of the logits'
+    gradient a normal fp16 number (no zero, no subnormal)?"""
+    from course_kit import amp
+    g = amp.activation_grads(model, tokens, "fp16_noscale", scale=2.0 ** log2_scale)["logits"]
+    return bool((g["mags"] * 2.0 ** log2_scale >= FP16_SMALLEST_NORMAL).all())
+
+
+@functools.lru_cache(maxsize=4)
+def rescue_log2(batch: int | None = None, confirm: bool = True) -> int:
+    """The oracle: the smallest k with all_normal at 2**k. The fp32 gradient's smallest entry gives the
+    candidate; fp16 runs at k and k - 1 confirm it (else a scan measures it)."""
+    from course_kit import amp
+    model, tokens = rescue_model_and_tokens(batch)
+    smallest = float(amp.activation_grads(model, tokens, "fp32")["logits"]["mags"].min())
+    k = max(0, math.ceil(math.log2(FP16_SMALLEST_NORMAL / smallest)))
+    if not confirm or (all_normal(model, tokens, k) and (k == 0 or not all_normal(model, tokens, k - 1))):
+        return k
+    return next(j for j in range(0, 64) if all_normal(model, tokens, j))
+
+
+def doubling_answer() -> str:
+    d = rescue_log2(2 * RESCUE["batch"], confirm=False) - rescue_log2()
+    return {-1: "A", 0: "B", 1: "C", 2: "D"}.get(d, "?")
+
+
+RESCUE_HINT = """Measure: for k = 0, 1, 2, ... call amp.activation_grads(model, tokens, "fp16_noscale",
+scale=2.0**k) and look at ["logits"]["mags"] (the fp16 gradient divided by the scale): times 2**k, is
+every entry at least fp16's smallest normal, 2**-14? To explain, remember how the loss is averaged:
+what does each logit's gradient become when there are twice as many tokens?"""
+
+
+def _int(found, what: str) -> int:
+    if isinstance(found, bool) or not isinstance(found, int):
+        raise grading.Wrong(f"{what}: expected an int, found {feedback.describe(found)}")
+    return found
+
+
+@grading.exercise("02.rescue_scale", hint=RESCUE_HINT)
+def rescue_scale(predicted, log2_scale, doubled) -> None:
+    """predicted: log2 of the scale guessed before measuring (recorded, not graded); log2_scale: the
+    measured smallest k; doubled: a letter."""
+    _int(predicted, "PREDICTED_LOG2 (recorded, not graded)")
+    k = _int(log2_scale, "LOG2_SCALE")
+    want = rescue_log2()
+    if not 0 <= k <= 64:
+        raise grading.Wrong(f"LOG2_SCALE: {k} is outside 0..64")
+    if k < want:
+        raise grading.Wrong(f"LOG2_SCALE: at 2**{k} some logit gradients are still zero or subnormal in fp16",
+                            expected=want)
+    grading.expect(k == want, f"LOG2_SCALE: 2**{k} works, but it is not the smallest power of two that does",
+                   want, k)
+    if not (isinstance(doubled, str) and doubled.strip().upper() in CHOICES):
+        raise grading.Wrong(f"DOUBLED: expected one of {', '.join(map(repr, CHOICES))}, found {doubled!r}"[:200])
+    grading.expect(doubled.strip().upper() == doubling_answer(),
+                   "DOUBLED: that is not what doubling the batch does to the scale needed", doubling_answer(), doubled)
+
+
+# ---- 02.unscale_clip ----------------------------------------------------------------------------
+
+def torch_unscale_clip(grads: list[torch.Tensor], scale: float, max_norm: float) -> list[torch.Tensor] | None:
+    """The oracle: torch's GradScaler.unscale_, then clip_grad_norm_, then GradScaler.step (which
+    skips the optimizer's step when a gradient was inf or NaN). The gradients the step would use, or None."""
+    params = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    stepped = []
+
+    class Recorder(torch.optim.SGD):
+        def step(self, closure=None):
+            stepped.append(True)
+
+    opt = Recorder(params, lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=scale)
+    scaler.scale(torch.zeros(()))       # creates the scaler's state, as scaling a loss does
+    scaler.unscale_(opt)
+    torch.nn.utils.clip_grad_norm_(params, max_norm)
+    scaler.step(opt)
+    return [p.grad for p in params] if stepped else None
+
+
+def clip_cases() -> list[tuple]:
+    """(grads, scale, max_norm): scaled gradients as the backward pass leaves them, of several shapes
+    and magnitudes; some clipped, some not (the norm below max_norm), some with inf or NaN, scales that
+    are and are not powers of two, norms small enough that the clip's epsilon matters."""
+    g = torch.Generator().manual_seed(202)
     cases = []
-    for init, growth, backoff, interval in _CONFIGS:
-        state = (init, 0)
-        for found in _PATTERN:
-            cases.append((state[0], state[1], found, growth, backoff, interval))
-            state = torch_rule(*state, found, growth, backoff, interval)
+    for i, (scale, true_size, max_norm) in enumerate([
+            (2.0 ** 16, 1.0, 1.0), (2.0 ** 16, 0.01, 1.0), (1024.0, 3.0, 0.5), (3.0, 1.0, 2.0),
+            (2.0 ** 24, 1e-3, 1e-3), (2.0 ** 10, 5e-4, 1e-4), (1.0, 10.0, 1.0), (65536.0, 1.0, 1.0),
+            (65536.0, 1.0, 1.0), (7.0, 0.2, 0.05), (2.0 ** 20, 2e-3, 1.0)]):
+        shapes = [(4, 8), (8,), (3, 5, 2)][: 1 + i % 3]
+        grads = [torch.randn(s, generator=g) * true_size * scale for s in shapes]
+        if i == 7:
+            grads[0][1, 2] = math.inf           # an overflow in one gradient
+        if i == 8:
+            grads[-1][0] = math.nan
+        cases.append((grads, scale, max_norm))
     return cases
 
 
-HINT = """On an overflow (found_inf) multiply the scale by backoff_factor and reset the tracker to 0.
-Otherwise count one more clean step; when the count reaches growth_interval, multiply the scale by
-growth_factor and reset the count. torch keeps the scale in fp32: round the product to float32, and
-keep the old scale if growing would overflow to inf."""
+CLIP_HINT = """The order matters: GradScaler's unscale_ multiplies every gradient by 1/S (1/S computed
+in fp64, then rounded to fp32), and reports whether any gradient was inf or NaN; a step with one is
+skipped (return None). Then clip_grad_norm_ on the unscaled gradients: the total norm is the 2-norm of
+all the gradients together; each is multiplied by max_norm / (total + 1e-6), clamped to at most 1."""
 
 
-@grading.exercise("02.scaler_update", cases=_cases, hint=HINT)
-def check_scaler_update(update) -> None:
-    """`update(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval)` must
-    return (new_scale, new_growth_tracker) exactly as torch.amp.GradScaler does."""
-    for scale, tracker, found, growth, backoff, interval in _cases():
-        got = update(scale, tracker, found, growth, backoff, interval)
-        where = (f"update(scale={scale:g}, tracker={tracker}, found_inf={found}, growth_factor={growth:g}, "
-                 f"backoff_factor={backoff:g}, growth_interval={interval})")
-        if not (isinstance(got, tuple) and len(got) == 2):
-            raise grading.Wrong(f"{where}: expected a tuple (new_scale, new_growth_tracker), found "
-                                f"{type(got).__name__}")
-        ref = torch_rule(scale, tracker, found, growth, backoff, interval)
-        grading.expect(isinstance(got[0], (int, float)) and float(got[0]) == ref[0],
-                       f"{where}: the new scale is wrong", ref[0], got[0])
-        grading.expect(isinstance(got[1], int) and got[1] == ref[1],
-                       f"{where}: the new growth tracker is wrong", ref[1], got[1])
+@grading.exercise("02.unscale_clip", cases=clip_cases, hint=CLIP_HINT)
+def unscale_clip(fn) -> None:
+    """fn(grads, scale, max_norm) -> list of the clipped, unscaled gradients, or None for a skipped step."""
+    for grads, scale, max_norm in clip_cases():
+        found = fn(grads, scale, max_norm)
+        want = torch_unscale_clip(grads, scale, max_norm)
+        norm = float(torch.linalg.vector_norm(torch.cat([t.flatten() for t in grads]).double()) / scale)
+        kind = ("a step whose gradients hold inf or NaN" if want is None else
+                "gradients the clip must shrink" if norm > max_norm else "gradients already within max_norm")
+        what = f"unscale_and_clip on {len(grads)} gradients, scale {scale:g}, max_norm {max_norm:g} ({kind})"
+        if want is None:
+            if found is not None:
+                raise grading.Wrong(f"{what}: the step must be skipped (return None), found {feedback.describe(found)}")
+            continue
+        if not (isinstance(found, (list, tuple)) and len(found) == len(want)):
+            raise grading.Wrong(f"{what}: expected a list of {len(want)} tensors, found {feedback.describe(found)}")
+        for i, (f, w) in enumerate(zip(found, want)):
+            feedback.tensor(f, w, f"{what}, gradient {i}", rtol=2e-6, atol=0.0)

@@ -1,4 +1,10 @@
-"""Checks for notebook 03 (torch.compile modes)."""
+"""Checks for notebook 03 (torch.compile modes).
+
+- 03.fullgraph: rewrite forward_with_branch so that it compiles with fullgraph=True.
+- 03.recompiles: predict, then measure with compile_modes.count_compiles, how many graphs Dynamo
+  compiles on each call of a function with a graph break over a sequence of shapes; then explain
+  the one recompile that a changed batch size does not explain.
+"""
 from __future__ import annotations
 
 from typing import Any
@@ -64,3 +70,59 @@ def check_fullgraph(answer) -> None:
         if isinstance(got, Raised):
             raise feedback.StudentRaised(what, got)
         feedback.tensor(got, reference(x, w), what, rtol=1e-5, atol=1e-5)
+
+
+# ---- 03.recompiles ------------------------------------------------------------------------------
+
+SHAPES = [(8, 64), (8, 64), (16, 64), (24, 64), (24, 32), (40, 32)]
+WHY_CHOICES = ("A", "B", "C", "D")
+WHY = "A"   # dim 1 changed: automatic dynamic had made only the dimension that had changed (dim 0) symbolic
+
+
+def two_graphs(x: torch.Tensor) -> torch.Tensor:
+    """The exercise's function, as the notebook defines it (a test keeps the two the same)."""
+    h = torch.tanh(x @ x.T)
+    torch._dynamo.graph_break()      # stands for a print or a Python `if` on a tensor's value
+    return (h @ x).softmax(-1)
+
+
+def recompile_counts() -> dict:
+    """The oracle: graphs compiled on each call (automatic dynamic) and in total with dynamic=False."""
+    from course_kit.compile_modes.graphs import count_compiles
+    return {"per_call": count_compiles(two_graphs, SHAPES, "automatic")["compiled_on_call"],
+            "static_total": count_compiles(two_graphs, SHAPES, "static")["compiles"]}
+
+
+RECOMPILE_HINT = """Measure with the function behind section 5's figure: cm.count_compiles(two_graphs,
+SHAPES, "automatic")["compiled_on_call"], and its "compiles" with "static". A graph break splits the
+function into two graphs, each guarded and compiled on its own. To explain call 5, compare its shape
+with the shapes before it, dimension by dimension."""
+
+
+def _ints(found, what: str, n: int | None = None) -> list:
+    if not (isinstance(found, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in found)):
+        raise grading.Wrong(f"{what}: expected a list of ints, found {feedback.describe(found)}")
+    if n is not None and len(found) != n:
+        raise grading.Wrong(f"{what}: expected {n} numbers (one per call), found {len(found)}")
+    return list(found)
+
+
+@grading.exercise("03.recompiles", hint=RECOMPILE_HINT)
+def recompiles(predicted, per_call, static_total, why) -> None:
+    """predicted: graphs compiled per call, guessed before measuring (recorded, not graded);
+    per_call: measured, automatic dynamic; static_total: measured total with dynamic=False; why: a letter."""
+    _ints(predicted, "PREDICTED (recorded, not graded)", len(SHAPES))
+    found = _ints(per_call, "PER_CALL", len(SHAPES))
+    want = recompile_counts()
+    bad = [i for i, (f, w) in enumerate(zip(found, want["per_call"])) if f != w]
+    if bad:
+        raise grading.Wrong(f"PER_CALL: {len(bad)} of {len(SHAPES)} calls are wrong, the first is call {bad[0] + 1} "
+                            f"(shape {SHAPES[bad[0]]}, you said {found[bad[0]]})", expected=want["per_call"])
+    if isinstance(static_total, bool) or not isinstance(static_total, int):
+        raise grading.Wrong(f"STATIC_TOTAL: expected an int, found {feedback.describe(static_total)}")
+    grading.expect(static_total == want["static_total"],
+                   "STATIC_TOTAL: that is not the number of graphs dynamic=False compiles", want["static_total"],
+                   static_total)
+    if not (isinstance(why, str) and why.strip().upper() in WHY_CHOICES):
+        raise grading.Wrong(f"WHY: expected one of {', '.join(map(repr, WHY_CHOICES))}, found {why!r}"[:200])
+    grading.expect(why.strip().upper() == WHY, "WHY names the wrong reason for call 5's compiles", WHY, why)
