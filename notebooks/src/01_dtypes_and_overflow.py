@@ -477,6 +477,7 @@ predictions = {
 ### END SOLUTION
 
 # %% {"course_kit": {"exercise": "01.predict_overflow", "role": "check"}}
+from course_kit import grading
 grading.check("01.predict_overflow", predictions)
 
 # %% [markdown]
@@ -520,6 +521,7 @@ CULPRIT = "B"    # 64 x^2 passes 65504 at x = 32; softmax subtracts the row max,
 ### END SOLUTION
 
 # %% {"course_kit": {"exercise": "01.overflow_point", "role": "check"}}
+from course_kit import grading
 grading.check("01.overflow_point", PREDICTION, X_AFTER, X_BEFORE, CULPRIT)
 
 # %% [markdown]
@@ -546,6 +548,7 @@ kv_gib = 2 * L * kv_heads * d * 8192 * 4 * 2 / 2**30
 ### END SOLUTION
 
 # %% {"course_kit": {"exercise": "01.memory", "role": "check"}}
+from course_kit import grading
 grading.check("01.memory", n_params, weights_gib, adam_gib, kv_gib)
 
 # %% [markdown]

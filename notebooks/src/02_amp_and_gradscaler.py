@@ -366,6 +366,7 @@ def unscale_and_clip(grads, scale, max_norm):
     ### END SOLUTION
 
 # %% {"course_kit": {"exercise": "02.unscale_clip", "role": "check"}}
+from course_kit import grading
 grading.check("02.unscale_clip", unscale_and_clip)
 
 # %% [markdown]
