@@ -165,7 +165,11 @@ def test_01_memory_in_gib():
     sol = _solution("01_dtypes_and_overflow.py", "01.memory")
     answers = [sol["n_params"], sol["weights_gib"], sol["adam_gib"], sol["kv_gib"]]
     grading.check("01.memory", *answers)
-    assert abs(sol["kv_gib"] - 4.0) < 1e-9                              # 4 GiB exactly, not 4.295 GB
+    assert sol["n_params"] == nb01.qwen_params() == 7_615_616_512      # Qwen2.5-7B's published count
+    assert abs(sol["kv_gib"] - 7.0) < 1e-9                              # 7 GiB exactly, not 7.516 GB
+    no_bias = answers[0] - 28 * (3584 + 2 * 4 * 128)
+    _fails("01.memory", no_bias, *[a * no_bias / answers[0] for a in answers[1:3]], answers[3],
+           says="every bias", hides=(f"{answers[0]:,}", str(answers[0])))
     for i in range(4):
         near = list(answers)
         near[i] = near[i] + 1 if i == 0 else near[i] * 1.01            # one parameter, or 1%

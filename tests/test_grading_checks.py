@@ -128,10 +128,9 @@ def test_failure_renders_without_traceback():
 
 
 def test_full_feedback_shows_the_expected_value_and_short_does_not():
-    from course_kit import memory
-    from course_kit.grading.checks import codec, probing, verdict
+    from course_kit.grading.checks import codec, nb01, probing, verdict
     spec = registry.get("01.memory")
-    n = memory.PRESETS["8b"].n_params()
+    n = nb01.qwen_params()
     plan = {"cases": None, "instantiate": False, "probe": None}
     answer = codec.roundtrip(probing.probe(plan, (n + 1, 1.0, 1.0, 1.0)))
     short = verdict.outcome(spec, answer, level="short")

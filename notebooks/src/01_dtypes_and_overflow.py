@@ -525,26 +525,28 @@ from course_kit import grading
 grading.check("01.overflow_point", PREDICTION, X_AFTER, X_BEFORE, CULPRIT)
 
 # %% [markdown]
-# ### Exercise 01.memory: the memory of Llama-3.1-8B
+# ### Exercise 01.memory: the memory of Qwen2.5-7B
 #
-# Llama-3.1-8B's `config.json`: 32 layers, hidden size 4096, 32 attention heads, 8 KV heads,
-# MLP (SwiGLU, three matrices) intermediate size 14336, vocabulary 128256, untied input and output
-# embeddings, an RMSNorm weight vector before attention and before the MLP of every layer, and one
-# final RMSNorm. No biases. Compute, from these numbers alone:
-# - `n_params`: its parameter count;
+# Qwen2.5-7B's `config.json` (a model the estimator above does not know): 28 layers, hidden size
+# 3584, 28 attention heads, 4 KV heads, MLP (SwiGLU, three matrices) intermediate size 18944,
+# vocabulary 152064, untied input and output embeddings, an RMSNorm weight vector before attention
+# and before the MLP of every layer, and one final RMSNorm. Unlike Llama, its q, k and v projections
+# have a **bias**; the output projection and the MLP have none. Compute, from these numbers alone:
+# - `n_params`: its parameter count (exact);
 # - `weights_gib`: its bf16 weights in GiB (2^30 bytes, the unit of this notebook);
 # - `adam_gib`: the model state of mixed-precision Adam training in GiB;
-# - `kv_gib`: the bf16 KV cache of 4 sequences of 8192 tokens in GiB.
+# - `kv_gib`: the bf16 KV cache of 4 sequences of 32768 tokens in GiB.
 
 # %% {"course_kit": {"exercise": "01.memory", "role": "solution", "points": 2, "task": "compute n_params, weights_gib, adam_gib and kv_gib (see the task above)"}}
 ### BEGIN SOLUTION
-L, h, heads, kv_heads, inter, vocab = 32, 4096, 32, 8, 14336, 128256
+L, h, heads, kv_heads, inter, vocab = 28, 3584, 28, 4, 18944, 152064
 d = h // heads
-per_layer = h * h + 2 * h * kv_heads * d + h * h + 3 * h * inter + 2 * h   # q, k, v, o, MLP, norms
+attention = h * h + 2 * h * kv_heads * d + h * h + (h + 2 * kv_heads * d)   # q, k, v, o, q/k/v biases
+per_layer = attention + 3 * h * inter + 2 * h                               # + MLP, two norms
 n_params = L * per_layer + 2 * vocab * h + h
 weights_gib = n_params * 2 / 2**30
 adam_gib = n_params * 16 / 2**30
-kv_gib = 2 * L * kv_heads * d * 8192 * 4 * 2 / 2**30
+kv_gib = 2 * L * kv_heads * d * 32768 * 4 * 2 / 2**30
 ### END SOLUTION
 
 # %% {"course_kit": {"exercise": "01.memory", "role": "check"}}

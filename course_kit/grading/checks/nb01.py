@@ -5,7 +5,7 @@
 - 01.predict_overflow: predict the outcome of storing values that no table above shows.
 - 01.overflow_point: predict, then measure, the smallest fp16 x at which an attention-score chain
   gives inf or NaN, with the scaling after or before the matmul; then say which op overflowed.
-- 01.memory: Llama-3.1-8B's parameters, weights, Adam state and KV cache, in GiB.
+- 01.memory: Qwen2.5-7B's parameters (with its q/k/v biases), weights, Adam state and KV cache, in GiB.
 """
 from __future__ import annotations
 
@@ -171,25 +171,40 @@ def overflow_point(prediction, x_after, x_before, culprit) -> None:
 
 # ---- 01.memory ----------------------------------------------------------------------------------
 
-MEMORY_HINT = """Per layer: q and o are hidden x hidden; k and v are hidden x (kv_heads x head_dim);
-the MLP has three hidden x intermediate matrices; two RMSNorm vectors. Add two embeddings
-(vocab x hidden, untied) and the final norm. Mixed-precision Adam keeps 16 bytes per parameter
-(bf16 weights and grads, fp32 master copy and two moments). The KV cache stores K and V, per layer,
-per KV head, per token, per sequence, 2 bytes each. A GiB is 2**30 bytes, not 1e9."""
+# Qwen2.5-7B's published config.json: not among memory.PRESETS, so the memory estimator above cannot
+# show its numbers. Its q, k and v projections have biases; o and the MLP do not.
+QWEN = {"name": "Qwen2.5-7B", "layers": 28, "hidden": 3584, "heads": 28, "kv_heads": 4,
+        "intermediate": 18944, "vocab": 152064}
+KV_SEQ, KV_BATCH = 32768, 4
+
+
+def qwen_params() -> int:
+    """The oracle: the course's Llama count (memory.ModelShape) plus the q, k, v biases."""
+    from course_kit import memory
+    q = QWEN
+    shape = memory.ModelShape(q["name"], q["layers"], q["hidden"], q["heads"], q["kv_heads"], q["intermediate"],
+                              q["vocab"])
+    return shape.n_params() + q["layers"] * (q["hidden"] + 2 * q["kv_heads"] * shape.head_dim)
+
+
+MEMORY_HINT = """Per layer: q and o are hidden x hidden; k and v are hidden x (kv_heads x head_dim),
+head_dim = hidden / heads; q, k and v each have a bias vector of their output size; the MLP has three
+hidden x intermediate matrices; two RMSNorm vectors. Add two embeddings (vocab x hidden, untied) and
+the final norm. Mixed-precision Adam keeps 16 bytes per parameter. The KV cache stores K and V, per
+layer, per KV head, per token, per sequence, 2 bytes each in bf16. A GiB is 2**30 bytes, not 1e9."""
 
 
 @grading.exercise("01.memory", hint=MEMORY_HINT)
 def model_memory(n_params, weights_gib, adam_gib, kv_gib) -> None:
     from course_kit import memory
-    shape = memory.PRESETS["8b"]
-    n = shape.n_params()
+    n = qwen_params()
     if isinstance(n_params, bool) or not isinstance(n_params, (int, float)) or n_params != n:
         what = f"{n_params:,.0f}" if isinstance(n_params, (int, float)) else feedback.describe(n_params)
         raise feedback.Wrong(f"n_params: {what} is not the exact parameter count "
-                             "(count every matrix, both embeddings and every norm)", expected=n)
-    gib = memory.GiB
+                             "(count every matrix, every bias, both embeddings and every norm)", expected=n)
+    gib, q = memory.GiB, QWEN
     feedback.number(weights_gib, memory.weights_bytes(n, "bf16") / gib, "weights_gib (bf16, in GiB)", rel=2e-3)
     feedback.number(adam_gib, sum(memory.training_bytes(n, "adam", mixed=True).values()) / gib,
                     "adam_gib (mixed precision: weights, grads, master copy, moments, in GiB)", rel=2e-3)
-    feedback.number(kv_gib, memory.kv_cache_bytes(shape.layers, shape.kv_heads, shape.head_dim, 8192, 4) / gib,
-                    "kv_gib (bf16, 8192 tokens, batch 4, in GiB)", rel=2e-3)
+    kv = memory.kv_cache_bytes(q["layers"], q["kv_heads"], q["hidden"] // q["heads"], KV_SEQ, KV_BATCH)
+    feedback.number(kv_gib, kv / gib, f"kv_gib (bf16, {KV_SEQ} tokens, batch {KV_BATCH}, in GiB)", rel=2e-3)
