@@ -97,3 +97,20 @@ def test_the_rules_catch_a_wrong_arrow(tmp_path):
     bad = [f"{s} -> {d}" for s, ds in graph.items() for d in ds
            if under(s, ("course_kit.engine",)) and under(d, ("course_kit.widgets",))]
     assert bad == ["course_kit.engine.scheduler -> course_kit.widgets.dtypes"]
+
+
+MAPPED = ["course_kit", "course_kit.amp", "course_kit.attention", "course_kit.benchmarks", "course_kit.compile_modes",
+          "course_kit.dtypes", "course_kit.engine", "course_kit.models", "course_kit.parallel", "course_kit.plots",
+          "course_kit.streams", "course_kit.widgets", "course_kit.grading.instructor"]
+
+
+@pytest.mark.parametrize("package", MAPPED)
+def test_every_package_map_names_every_module(package):
+    """A reader goes from a package's docstring to each of its files in one step: the maps stay complete."""
+    folder = PACKAGE.parent.joinpath(*package.split("."))
+    doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
+    names = [p.stem for p in folder.glob("*.py") if p.stem not in ("__init__", "__main__")]
+    names += [p.name for p in folder.iterdir() if (p / "__init__.py").is_file()]
+    import re
+    missing = [n for n in names if not re.search(rf"\b{re.escape(n)}\b", doc)]
+    assert not missing, f"{package}/__init__.py's map lacks {missing}"

@@ -1,6 +1,14 @@
 """Automatic mixed precision: precision modes, a hand-written loss scaler, one training loop.
 
 Notebook 02 shows the sources of these modules; `course-kit bench amp` times them on a GPU.
+
+Modules:
+
+    activations     Activation gradients under autocast: what fp16 flushes to zero when the loss is not ...
+    explain         The "what just happened" sentences of notebook 02, computed from the run's (or the ...
+    grads           Where gradients sit against fp16's range: underflow fractions and magnitude histograms.
+    stepper         Step the course's DynamicLossScaler and torch's GradScaler side by side, one event ...
+    train           One training loop for every precision mode, recording what each step did.
 """
 from .grads import FP16_MAX, FP16_MIN_NORMAL, FP16_MIN_SUBNORMAL, flat_grads, log2_histogram, underflow_fractions
 from .precision import PRECISIONS, Precision, get, note, tf32_flags

@@ -5,6 +5,12 @@
     dtypes.classify(500.0, "fp8_e4m3fn")    # stored value, bits, outcome, relative error
     dtypes.quantize(w, bits=4, symmetric=False, axis=0)
     dtypes.ops.evaluate("exp", 12.0, "fp16")
+
+Modules:
+
+    explain         Notebook 01's "what just happened" sentences, computed from the formats' limits and ...
+    quant           int8 and int4 quantisation: symmetric or asymmetric scales, per tensor or per channel.
+    woq             Weight-only quantisation in practice: int8 and int4 weights, bf16 activations ...
 """
 from . import ops
 from .formats import FORMAT_NAMES, FORMATS, Format, get_format

@@ -4,6 +4,10 @@
 - `recorder`: host clocks and CUDA events on one timeline;
 - `gpu`: measured demonstrations of streams, events, races and copy/compute overlap (needs CUDA);
 - `host`: the sync and async decode loops with a worker thread standing in for the GPU.
+
+Modules:
+
+    explain         What a sync/async pair of timelines shows, in words that follow the numbers ...
 """
 from .timeline import Span, Timeline, idle_fraction, speedup_bound_from_idle
 from .recorder import EventRecorder
