@@ -44,8 +44,10 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
         reqs = []
         if step < n - 1:  # pass the block on while computing with it
             nxt = torch.empty_like(kv)
-            reqs = [dist.isend(kv, (rank + 1) % n, group=group),
-                    dist.irecv(nxt, (rank - 1) % n, group=group)]
+            # one batch: posted one by one, NCCL can deadlock on large blocks (each rank's send
+            # waits for a receive its neighbour has not posted yet)
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, kv, (rank + 1) % n, group),
+                                           dist.P2POp(dist.irecv, nxt, (rank - 1) % n, group)])
         if not causal or j < rank:
             m, l, acc = tiled_block_step(q, kv[0], kv[1], m, l, acc, scale)
             blocks += 1

@@ -5,11 +5,8 @@
   holding all experts: checked in float32 first, then timed in the run's dtype.
 - `cp_on_rank`: ring attention (K/V blocks passed around the ring, overlapped with compute) against
   the same code on one rank holding the whole sequence: checked in float32 against SDPA on the
-  full sequence, then timed, causal and not. The timed ring is `ring_attention_batched`: the
-  blocks and the online-softmax steps of context.ring_attention, with each step's send and receive
-  posted as one batch (dist.batch_isend_irecv). Posted one by one, as context.ring_attention does,
-  NCCL queues a rank's receive behind its own send, and two neighbours sending large blocks to
-  each other first can wait forever; gloo progresses either way (tests compare the two there).
+  full sequence, then timed, causal and not, with context.ring_attention (each step's send and
+  receive posted as one batch, which NCCL needs).
 
 World 1 is the single-GPU peer: the same code with nothing to send. Times are the slowest rank's
 medians (measure.time_calls).
@@ -18,48 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import math
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
-from ..attention.tiled import tiled_block_step
-from .comm import world
+from .context import ring_attention
 from .expert import EPMoE, MoE
 from .measure import _device, time_calls
-
-
-def ring_attention_batched(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                           group: Any = None) -> tuple[torch.Tensor, int]:
-    """context.ring_attention with each step's send and receive posted as one batch (NCCL-safe);
-    returns this rank's output chunk and the number of K/V blocks it computed on."""
-    rank, n = world(group)
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    acc = torch.zeros_like(q)
-    m = torch.full(q.shape[:-1], float("-inf"), dtype=q.dtype, device=q.device)
-    l = torch.zeros(q.shape[:-1], dtype=q.dtype, device=q.device)
-    kv = torch.stack([k, v]).contiguous()
-    diag = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
-    blocks = 0
-    for step in range(n):
-        j = (rank - step) % n
-        reqs = []
-        if step < n - 1:
-            nxt = torch.empty_like(kv)
-            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, kv, (rank + 1) % n, group),
-                                           dist.P2POp(dist.irecv, nxt, (rank - 1) % n, group)])
-        if not causal or j < rank:
-            m, l, acc = tiled_block_step(q, kv[0], kv[1], m, l, acc, scale)
-            blocks += 1
-        elif j == rank:
-            m, l, acc = tiled_block_step(q, kv[0], kv[1], m, l, acc, scale, diag)
-            blocks += 1
-        for r in reqs:
-            r.wait()
-        if step < n - 1:
-            kv = nxt
-    return acc / l[..., None], blocks
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -108,14 +70,14 @@ def cp_on_rank(rank: int, world_size: int, batch: int, heads: int, seq: int, hea
         q, k, v = (torch.randn(shape, device=dev) for _ in range(3))
         a, b = rank * check_seq, (rank + 1) * check_seq
         want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)[:, :, a:b]
-        got, _ = ring_attention_batched(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], causal)
+        got, _ = ring_attention(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], causal)
         err = _rel(got, want)
         # timing in the run's dtype: this rank's chunk of the long sequence
         chunk = seq // world_size
         dt = getattr(torch, dtype)
         q, k, v = (torch.randn(batch, heads, chunk, head_dim, device=dev, dtype=dt) for _ in range(3))
-        blocks = ring_attention_batched(q, k, v, causal)[1]
-        sec = time_calls(lambda: ring_attention_batched(q, k, v, causal), dev, warmup, repeat)
+        blocks = ring_attention(q, k, v, causal)[1]
+        sec = time_calls(lambda: ring_attention(q, k, v, causal), dev, warmup, repeat)
         rows.append({"n": world_size, "causal": causal, "seq": seq, "median_s": sec, "blocks": blocks,
                      "kv_bytes_per_step": 2 * q.numel() * q.element_size(), "max_rel_err_fp32": err})
         del q, k, v
