@@ -31,7 +31,7 @@ ARTIFACTS = ROOT / "artifacts" / "browser"
 CHROMIUM = os.environ.get("COURSE_KIT_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
-RUN_ALL_TIMEOUT_S = 150
+RUN_ALL_TIMEOUT_S = 300   # 2 loaded CPU cores: the slowest notebook runs to its exercise in about 2 minutes
 
 
 def _free_port() -> int:

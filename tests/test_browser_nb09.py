@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from browser_support import ARTIFACTS, ROOT, figure_state, jupyterlab, opened_notebook, settle, wait_for
+from browser_support import ARTIFACTS, figure_state, notebook_page, settle, wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -16,29 +16,7 @@ NAME = "09_parallelism.ipynb"
 BOX = ".ck-pipeline-schedules"
 
 
-def _ran_to_the_exercise(pg) -> dict:
-    return pg.evaluate(
-        "() => { const nb = window.jupyterapp.shell.currentWidget.content;"
-        " const cells = nb.widgets.filter(c => c.model.type === 'code');"
-        " const errs = cells.map(c => c.model.outputs.toJSON().some(o => o.output_type === 'error'));"
-        " const src = cells.map(c => c.model.sharedModel.getSource());"
-        " const first = errs.indexOf(true);"
-        " const upto = first < 0 ? cells.length : first;"
-        " const ran = cells.slice(0, upto).every(c => c.model.executionCount !== null);"
-        " const idle = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle';"
-        " return {ran, idle, stop: first < 0 ? null : src[first].slice(0, 80),"
-        "  exercise: first < 0 || src[first].includes('grading.check') || src[first].includes('NotImplementedError')}; }")
-
-
-@pytest.fixture(scope="module")
-def page(tmp_path_factory):
-    with jupyterlab(ROOT / "notebooks" / NAME, tmp_path_factory.mktemp("lab")) as lab:
-        with opened_notebook(lab, NAME, run_all=False) as pg:
-            pg.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
-            state = wait_for(lambda: _ran_to_the_exercise(pg), lambda s: s["ran"] and s["idle"],
-                             "every cell above the exercise should run", timeout_s=300)
-            assert state["exercise"], f"a cell that is not an exercise raised: {state['stop']}"
-            yield pg
+page = notebook_page(NAME)   # Run All: it stops at the learner's first unsolved exercise, after the widget
 
 
 def _idle(text: str) -> float:
