@@ -22,7 +22,7 @@ from course_kit import grading, nbbuild
 from course_kit.grading.checks import nb00, nb01, nb02, nb03, registry
 
 HIDDEN = Path(nbbuild.PROJECT) / "instructor" / "hidden_checks"
-registry.load_hidden(HIDDEN, {"01"})
+registry.load_hidden(HIDDEN, {"01", "02"})
 
 
 def _fails(exercise_id, *values, says=None, hides=()):
@@ -201,6 +201,7 @@ def clip():
 
 def test_02_unscale_clip_solution_passes(clip):
     grading.check("02.unscale_clip", clip)
+    grading.check("02.unscale_clip_hidden", clip)
 
 
 def test_02_unscale_clip_near_misses(clip):
@@ -244,6 +245,8 @@ def test_02_unscale_clip_near_misses(clip):
     _fails("02.unscale_clip", per_tensor, says="values are wrong")
     _fails("02.unscale_clip", never_skips, says="must be skipped")
     _fails("02.unscale_clip", one_percent, says="values are wrong")
+    for near in (clip_before_unscale, no_clamp, per_tensor, never_skips, one_percent):
+        _fails("02.unscale_clip_hidden", near)
     msg = _fails("02.unscale_clip", lambda g, s, m: [t.double() for t in clip(g, s, m)] if clip(g, s, m) else None,
                  says="dtype is wrong")
     assert "torch.float64" in msg

@@ -369,6 +369,9 @@ def unscale_and_clip(grads, scale, max_norm):
 from course_kit import grading
 grading.check("02.unscale_clip", unscale_and_clip)
 
+# %% {"course_kit": {"exercise": "02.unscale_clip", "role": "hidden"}}
+grading.check("02.unscale_clip_hidden", unscale_and_clip)
+
 # %% [markdown]
 # ## Summary
 # - Autocast runs matmuls in 16 bits and keeps range-hungry reductions in fp32; weights stay fp32.
