@@ -580,26 +580,86 @@ md("For Llama-2-70B with an 8k context at batch 1, NCCL's ring (memory in GiB):\
    + "\n".join(f"- {line}" for line in tp_model.explain_tradeoff(explorer.result, gpu_bytes)))
 
 # %% [markdown]
-# ## Exercise: the forward pass of a row-parallel linear
+# ## Exercise 09.column_backward: the backward pass of a column-parallel linear
 #
-# Write `row_parallel_forward(x_shard, weight_shard, bias)`. Each rank gets its slice of the input
-# features `x_shard` (shape `[..., in/n]`), the matching columns of the weight `weight_shard`
-# (`[out, in/n]`) and the full `bias` (`[out]`, or `None`). Return the full `y = x W^T + b` on
-# every rank. The check runs your function on two gloo processes against the unsharded linear.
-# (`torch` and `dist` are available inside the function.)
+# §4 showed the row-parallel linear's code; the column-parallel one, `y_r = x W_r^T + b_r` on rank
+# `r` (rank `r` holds rows `W_r` of the weight and the slice `b_r` of the bias, and the *whole* input
+# `x`), was only checked. Write its backward pass, with the ranks simulated in one process as lists
+# (item `r` of a list is what rank `r` holds):
+#
+# `column_parallel_backward(x, weight_shards, grad_out_shards)` gets the input `x` (shape
+# `[..., in]`, any number of leading token dimensions, possibly none), every rank's weight shard
+# (`[out_r, in]`) and every rank's slice of the output's gradient (`[..., out_r]`). Return
+# `(grad_input, grad_weight_shards, grad_bias_shards)`: the gradient of `x` (`[..., in]`, what every
+# rank holds once the backward pass's communication is done), and one `[out_r, in]` and one
+# `[out_r]` tensor per rank, in float32 like the inputs. The shards need not be of equal sizes
+# (`torch.tensor_split` cuts them). The check compares with `torch.autograd` on the unsharded
+# linear, on rank counts and shapes you do not see.
 
-# %% {"course_kit": {"exercise": "09.row_parallel", "role": "solution", "points": 2}}
-def row_parallel_forward(x_shard, weight_shard, bias=None):
+# %% {"course_kit": {"exercise": "09.column_backward", "role": "solution", "points": 3, "task": "return (grad_input, grad_weight_shards, grad_bias_shards) of a column-parallel linear (see the task above)"}}
+def column_parallel_backward(x, weight_shards, grad_out_shards):
     ### BEGIN SOLUTION
-    y = x_shard @ weight_shard.t()       # this rank's partial product
-    dist.all_reduce(y)                   # sum the partial products over the ranks
-    if bias is not None:
-        y = y + bias                     # once, after the sum
-    return y
+    x2 = x.reshape(-1, x.shape[-1])                        # every token contributes to the weight grads
+    grad_w, grad_b, partials = [], [], []
+    for w, g in zip(weight_shards, grad_out_shards):       # what each rank computes alone
+        g2 = g.reshape(-1, g.shape[-1])
+        grad_w.append(g2.t() @ x2)
+        grad_b.append(g2.sum(0))
+        partials.append(g @ w)                             # this rank's part of x's gradient
+    grad_input = torch.stack(partials).sum(0)              # the all-reduce (sum) of copy_to_tp_region's backward
+    return grad_input, grad_w, grad_b
     ### END SOLUTION
 
-# %% {"course_kit": {"exercise": "09.row_parallel", "role": "check"}}
-grading.check("09.row_parallel", row_parallel_forward)
+# %% {"course_kit": {"exercise": "09.column_backward", "role": "check"}}
+from course_kit import grading
+grading.check("09.column_backward", column_parallel_backward)
+
+# %% {"course_kit": {"exercise": "09.column_backward", "role": "hidden"}}
+grading.check("09.column_backward_hidden", column_parallel_backward)
+
+# %% [markdown]
+# ## Exercise 09.interleaved_bubble: predict, measure and explain the bubble of interleaved 1F1B
+#
+# Take `p = 5` stages, `m = 10` micro-batches and `v = 2` model chunks per rank, with the
+# simulation's step costs (a backward twice a forward, messages free).
+#
+# 1. **Predict**, before running anything: the idle fraction (the bubble, between 0 and 1) of
+#    interleaved 1F1B at these values. Record `PREDICTED_BUBBLE` and run the cell once before
+#    step 2. The check requires the prediction but does not grade its accuracy.
+# 2. **Measure** with the course's schedule simulation: `schedules.simulate("interleaved", p, m, v)`
+#    gives the timeline, `schedules.bubble_of(events)` its idle fraction (`BUBBLE`) and
+#    `schedules.peak_in_flight(events, 0)` the most activations rank 0 holds at once, in
+#    micro-batches of a whole stage (`PEAK_RANK0`). Compare both with plain 1F1B at the same p and m.
+# 3. **Explain**: `WHY`, the letter of the reason interleaving shrinks the bubble:
+#    - `"a"`: each forward and backward step lasts 1/v as long, so filling and draining the pipeline
+#      (p-1 steps each way) takes 1/v of the time while the useful work stays the same;
+#    - `"b"`: the messages between stages are free in the simulation only when the model is cut in
+#      chunks;
+#    - `"c"`: each micro-batch is cut into v smaller micro-batches, so there are v times more of them;
+#    - `"d"`: each rank holds fewer activations, so its steps run faster.
+
+# %% {"course_kit": {"exercise": "09.interleaved_bubble", "role": "solution", "points": 2, "task": "record PREDICTED_BUBBLE, then measure BUBBLE and PEAK_RANK0 with the schedule simulation, then answer WHY (see the task above)"}}
+p_, m_, v_ = 5, 10, 2
+# 1. predict (before measuring)
+### BEGIN SOLUTION
+PREDICTED_BUBBLE = (p_ - 1) / (v_ * m_ + p_ - 1)
+### END SOLUTION
+# 2. measure
+### BEGIN SOLUTION
+events = schedules.simulate("interleaved", p_, m_, v_)
+BUBBLE, PEAK_RANK0 = schedules.bubble_of(events), schedules.peak_in_flight(events, 0)
+plain = schedules.simulate("1f1b", p_, m_)
+print(f"interleaved: idle {BUBBLE:.3f}, rank 0 holds up to {PEAK_RANK0:g}; "
+      f"1F1B: idle {schedules.bubble_of(plain):.3f}, rank 0 holds up to {schedules.peak_in_flight(plain, 0):g}")
+### END SOLUTION
+# 3. explain
+### BEGIN SOLUTION
+WHY = "a"
+### END SOLUTION
+
+# %% {"course_kit": {"exercise": "09.interleaved_bubble", "role": "check"}}
+from course_kit import grading
+grading.check("09.interleaved_bubble", PREDICTED_BUBBLE, BUBBLE, PEAK_RANK0, WHY)
 
 # %% [markdown]
 # ## Summary

@@ -172,22 +172,71 @@ else:
 fig
 
 # %% [markdown]
-# ## Exercise 10.ratios: the comparison table
+# ## Exercise 10.first_rung: the ladder's first rung, counted
 #
-# Write `ratios(rows)`: `rows` is a list of result dicts like `own["results"]`, each with a
-# `"name"` and either a `"throughput_tok_s"` or a `"skipped"` reason. Return a dict mapping the name of
-# every measured row to its throughput divided by the throughput of the row named `"HF generate"`.
+# The first rung replaces HF `generate`'s static batches with the engine's continuous batching. Its
+# gain in tokens/s depends on the machine; the number of forward passes each makes does not. Where a
+# step's time depends little on how many requests it holds, the ratio of the counts is close to the
+# ratio of the throughputs.
+#
+# Eight requests arrive at once (prompt lengths `PROMPT_LENS`, new tokens `NEW_TOKENS`, greedy, EOS
+# ignored). HF `generate` runs them as the benchmark does, in left-padded batches of 4
+# (`hf_generate_static(hf, prompts, NEW_TOKENS, 4)`); the engine runs them with 4 slots and a budget
+# of 64 tokens per step (`RUNG_OPTS`).
+#
+# 1. **Predict**, before running anything: how many steps (`engine.step()` calls) will the engine
+#    take to finish every request? Record `PREDICTED_ENGINE_STEPS` (an int) and run the cell once
+#    before step 2. The check requires the prediction but does not grade its accuracy.
+# 2. **Measure** `HF_FORWARDS`, the number of forward passes of the HF model (count the calls of
+#    `rung_hf`'s forward with `register_forward_hook`), and `ENGINE_STEPS`, the steps the course
+#    engine takes (`Engine(rung_model, **RUNG_OPTS)`, `add_request` for each prompt, then `step()`
+#    until `has_unfinished()` is False).
+# 3. **Explain**: `WHY`, the letter of the reason the engine needs fewer forward passes here:
+#    - `"a"`: a static batch runs until its longest request is done, so the slots of finished
+#      requests compute padding and the next requests wait for the whole batch to end;
+#    - `"b"`: the paged KV cache makes each forward pass of the engine cheaper;
+#    - `"c"`: the engine's prefix cache skips the prompts' forward passes;
+#    - `"d"`: HF generate recomputes the whole sequence at every step, without a KV cache.
 
-# %% {"course_kit": {"exercise": "10.ratios", "role": "solution", "points": 1}}
-def ratios(rows):
-    ### BEGIN SOLUTION
-    peer = next(r["throughput_tok_s"] for r in rows if r["name"] == "HF generate")
-    return {r["name"]: r["throughput_tok_s"] / peer for r in rows if "throughput_tok_s" in r}
-    ### END SOLUTION
+# %% {"course_kit": {"exercise": "10.first_rung", "role": "solution", "points": 2, "task": "record PREDICTED_ENGINE_STEPS, then measure HF_FORWARDS and ENGINE_STEPS, then answer WHY (see the task above)"}}
+from course_kit.benchmarks.batching import hf_generate_static
+from course_kit.engine import Engine, SamplingParams
+from course_kit.models import llama
 
-# %% {"course_kit": {"exercise": "10.ratios", "role": "check"}}
+PROMPT_LENS, NEW_TOKENS = [12, 30, 7, 22, 16, 9, 28, 5], [3, 40, 6, 33, 2, 38, 5, 30]
+RUNG_OPTS = dict(policy="continuous", max_num_seqs=4, max_num_batched_tokens=64)
+rung_model = llama.Transformer.from_preset("tiny", seed=0)
+rung_hf = llama.to_hf(rung_model)
+gen = torch.Generator().manual_seed(10)
+RUNG_PROMPTS = [torch.randint(1, rung_model.config.vocab_size, (n,), generator=gen).tolist() for n in PROMPT_LENS]
+# 1. predict (before measuring)
+### BEGIN SOLUTION
+PREDICTED_ENGINE_STEPS = 45
+### END SOLUTION
+# 2. measure
+### BEGIN SOLUTION
+calls = []
+hook = rung_hf.register_forward_hook(lambda module, args, out: calls.append(1))
+hf_generate_static(rung_hf, RUNG_PROMPTS, NEW_TOKENS, 4)
+hook.remove()
+HF_FORWARDS = len(calls)
+engine = Engine(rung_model, **RUNG_OPTS)
+for p, n in zip(RUNG_PROMPTS, NEW_TOKENS):
+    engine.add_request(p, SamplingParams(max_new_tokens=n, ignore_eos=True))
+ENGINE_STEPS = 0
+while engine.has_unfinished():
+    engine.step()
+    ENGINE_STEPS += 1
+print(f"HF generate: {HF_FORWARDS} forward passes; the engine: {ENGINE_STEPS} steps")
+### END SOLUTION
+# 3. explain
+### BEGIN SOLUTION
+WHY = "a"
+### END SOLUTION
+
+# %% {"course_kit": {"exercise": "10.first_rung", "role": "check"}}
 from course_kit import grading
-grading.check("10.ratios", ratios)
+grading.check("10.first_rung", PREDICTED_ENGINE_STEPS, HF_FORWARDS, ENGINE_STEPS, WHY)
 
 
 # %% [markdown]

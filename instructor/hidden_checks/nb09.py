@@ -1,0 +1,19 @@
+"""Hidden check of notebook 09: the column-parallel backward on rank counts and shapes the public
+check (checks/nb09.py, which learners can read) never uses: 8 ranks, shards of one row
+beside shards of two, an input of one feature, and many token dimensions."""
+from __future__ import annotations
+
+from course_kit import grading
+from course_kit.grading.checks.nb09 import COLUMN_HINT, column_cases, judge_column_backward
+
+# (leading shape of the tokens, in features, out features, ranks)
+HIDDEN_SHAPES = [((3, 1, 2), 1, 9, 8), ((6,), 12, 11, 8), ((1,), 7, 6, 5), ((2, 5), 24, 40, 8)]
+
+
+def _cases() -> list[tuple]:
+    return column_cases(HIDDEN_SHAPES, seed=90909)
+
+
+@grading.exercise("09.column_backward_hidden", cases=_cases, hint=COLUMN_HINT)
+def column_backward_hidden(fn) -> None:
+    judge_column_backward(fn, _cases())
