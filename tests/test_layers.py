@@ -101,7 +101,7 @@ def test_the_rules_catch_a_wrong_arrow(tmp_path):
 
 MAPPED = ["course_kit", "course_kit.amp", "course_kit.attention", "course_kit.benchmarks", "course_kit.compile_modes",
           "course_kit.dtypes", "course_kit.engine", "course_kit.models", "course_kit.parallel", "course_kit.plots",
-          "course_kit.streams", "course_kit.widgets", "course_kit.grading.instructor"]
+          "course_kit.streams", "course_kit.widgets", "course_kit.grading", "course_kit.grading.instructor"]
 
 
 @pytest.mark.parametrize("package", MAPPED)
