@@ -75,3 +75,30 @@ def submit(submissions: Path, student: str, nb, name: str = NAME) -> Path:
     else:
         nbformat.write(nb, str(path))
     return path
+
+
+def judge_verdicts(exercise_id: str, answers: dict, tmp_path: Path, monkeypatch) -> dict:
+    """Grade each answer as `course-kit grade` does, for one exercise: the judge prepares the cases
+    (`judge prepare`), the notebook side records the answer as data (`check` with COURSE_KIT_GRADE
+    set), and the judge, another process where no learner code runs, gives the verdict. Returns
+    {answer name: {"status", "message"}}."""
+    import shutil
+    import subprocess
+    import sys
+
+    from course_kit import grading
+    judge = [sys.executable, "-m", "course_kit.grading.checks.judge"]
+    subprocess.run(judge + ["prepare", "--ids", exercise_id, "--out", str(tmp_path / "cases")], check=True)
+    verdicts = {}
+    for name, answer in answers.items():
+        folder = tmp_path / name
+        shutil.copytree(tmp_path / "cases", folder / "cases")
+        monkeypatch.setenv(grading.GRADE_ENV, str(folder))
+        grading.check(exercise_id, answer)
+        monkeypatch.delenv(grading.GRADE_ENV)
+        job = tmp_path / f"{name}.json"
+        job.write_text(json.dumps({"answers": str(folder / "answers"), "checks": [{"id": exercise_id}]}))
+        out = tmp_path / f"{name}.verdicts.json"
+        subprocess.run(judge + ["verdict", "--job", str(job), "--out", str(out)], check=True)
+        verdicts[name] = json.loads(out.read_text())["verdicts"][exercise_id]
+    return verdicts

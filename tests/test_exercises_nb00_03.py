@@ -8,14 +8,11 @@ torch's GradScaler + clip_grad_norm_). 01.predict_overflow, 01.memory, 03.fullgr
 """
 from __future__ import annotations
 
-import json
 import math
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from grading_fixtures import judge_verdicts
 import torch
 
 from course_kit import grading, nbbuild
@@ -314,19 +311,6 @@ def test_every_exercise_of_00_03_has_its_own_hint_and_is_in_a_notebook(capsys):
 def test_fp8_round_goes_through_the_out_of_process_judge(fp8, tmp_path, monkeypatch):
     """As grading does: the judge prepares the cases, the notebook side records the answer as data,
     and the judge (another process, where no learner code runs) gives the verdict."""
-    judge = [sys.executable, "-m", "course_kit.grading.checks.judge"]
-    subprocess.run(judge + ["prepare", "--ids", "01.fp8_round", "--out", str(tmp_path / "cases")], check=True)
-    verdicts = {}
-    for name, fn in (("solution", fp8), ("half_up", _half_up)):
-        folder = tmp_path / name
-        shutil.copytree(tmp_path / "cases", folder / "cases")
-        monkeypatch.setenv(grading.GRADE_ENV, str(folder))
-        grading.check("01.fp8_round", fn)
-        monkeypatch.delenv(grading.GRADE_ENV)
-        job = tmp_path / f"{name}.json"
-        job.write_text(json.dumps({"answers": str(folder / "answers"), "checks": [{"id": "01.fp8_round"}]}))
-        out = tmp_path / f"{name}.verdicts.json"
-        subprocess.run(judge + ["verdict", "--job", str(job), "--out", str(out)], check=True)
-        verdicts[name] = json.loads(out.read_text())["verdicts"]["01.fp8_round"]
+    verdicts = judge_verdicts("01.fp8_round", dict((("solution", fp8), ("half_up", _half_up))), tmp_path, monkeypatch)
     assert verdicts["solution"]["status"] == "passed", verdicts
     assert verdicts["half_up"]["status"] == "failed" and "edge cases" in verdicts["half_up"]["message"]

@@ -4,13 +4,10 @@ through the out-of-process judge, as grading does.
 """
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from grading_fixtures import judge_verdicts
 
 from course_kit import grading, nbbuild
 from course_kit.grading.checks import nb04, nb05, nb06, nb07, registry
@@ -349,20 +346,7 @@ def test_hints_are_written_for_these_exercises(capsys, exercise_id, words):
 
 
 def test_prefix_admit_goes_through_the_out_of_process_judge(prefix_admit, tmp_path, monkeypatch):
-    judge = [sys.executable, "-m", "course_kit.grading.checks.judge"]
-    subprocess.run(judge + ["prepare", "--ids", "06.prefix_admit", "--out", str(tmp_path / "cases")], check=True)
-    verdicts = {}
-    for name, fn in (("solution", prefix_admit), ("never_held", _variant(never_held=True))):
-        folder = tmp_path / name
-        shutil.copytree(tmp_path / "cases", folder / "cases")
-        monkeypatch.setenv(grading.GRADE_ENV, str(folder))
-        grading.check("06.prefix_admit", fn)
-        monkeypatch.delenv(grading.GRADE_ENV)
-        job = tmp_path / f"{name}.json"
-        job.write_text(json.dumps({"answers": str(folder / "answers"), "checks": [{"id": "06.prefix_admit"}]}))
-        out = tmp_path / f"{name}.verdicts.json"
-        subprocess.run(judge + ["verdict", "--job", str(job), "--out", str(out)], check=True)
-        verdicts[name] = json.loads(out.read_text())["verdicts"]["06.prefix_admit"]
+    verdicts = judge_verdicts("06.prefix_admit", dict((("solution", prefix_admit), ("never_held", _variant(never_held=True)))), tmp_path, monkeypatch)
     assert verdicts["solution"]["status"] == "passed", verdicts
     assert verdicts["never_held"]["status"] == "failed"
     assert "held" in verdicts["never_held"]["message"]

@@ -9,13 +9,11 @@ out-of-process judge, as grading does.
 from __future__ import annotations
 
 import importlib.util
-import json
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from grading_fixtures import judge_verdicts
 import torch
 
 from course_kit import grading, nbbuild
@@ -179,20 +177,9 @@ def test_merge_stub_reports_the_learners_not_implemented(merges, tmp_path):
 def test_merge_goes_through_the_out_of_process_judge(merges, tmp_path, monkeypatch):
     """As grading does: the judge prepares the cases, the notebook side records the answer as data,
     and the judge (another process, where no learner code runs) gives the verdict."""
-    judge = [sys.executable, "-m", "course_kit.grading.checks.judge"]
-    subprocess.run(judge + ["prepare", "--ids", "08.merge_states", "--out", str(tmp_path / "cases")], check=True)
-    verdicts = {}
-    for name in ("merge_states", "merge_acc_not_rescaled"):
-        folder = tmp_path / name
-        shutil.copytree(tmp_path / "cases", folder / "cases")
-        monkeypatch.setenv(grading.GRADE_ENV, str(folder))
-        grading.check("08.merge_states", merges.merge_with(getattr(merges, name)))
-        monkeypatch.delenv(grading.GRADE_ENV)
-        job = tmp_path / f"{name}.json"
-        job.write_text(json.dumps({"answers": str(folder / "answers"), "checks": [{"id": "08.merge_states"}]}))
-        out = tmp_path / f"{name}.verdicts.json"
-        subprocess.run(judge + ["verdict", "--job", str(job), "--out", str(out)], check=True)
-        verdicts[name] = json.loads(out.read_text())["verdicts"]["08.merge_states"]
+    verdicts = judge_verdicts("08.merge_states", {name: merges.merge_with(getattr(merges, name))
+                                                  for name in ("merge_states", "merge_acc_not_rescaled")},
+                              tmp_path, monkeypatch)
     assert verdicts["merge_states"]["status"] == "passed", verdicts
     assert verdicts["merge_acc_not_rescaled"]["status"] == "failed"
     assert "acc on random parts" in verdicts["merge_acc_not_rescaled"]["message"]

@@ -4,14 +4,11 @@ through the out-of-process judge, as grading does.
 """
 from __future__ import annotations
 
-import json
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from grading_fixtures import judge_verdicts
 import torch
 
 from course_kit import grading, nbbuild
@@ -131,20 +128,7 @@ def test_09_column_backward_hidden_catches_a_public_only_answer(backward):
 
 
 def test_09_column_backward_goes_through_the_out_of_process_judge(backward, tmp_path, monkeypatch):
-    judge = [sys.executable, "-m", "course_kit.grading.checks.judge"]
-    subprocess.run(judge + ["prepare", "--ids", "09.column_backward", "--out", str(tmp_path / "cases")], check=True)
-    verdicts = {}
-    for name, fn in (("solution", backward), ("no_all_reduce", _variant(backward, no_all_reduce=True))):
-        folder = tmp_path / name
-        shutil.copytree(tmp_path / "cases", folder / "cases")
-        monkeypatch.setenv(grading.GRADE_ENV, str(folder))
-        grading.check("09.column_backward", fn)
-        monkeypatch.delenv(grading.GRADE_ENV)
-        job = tmp_path / f"{name}.json"
-        job.write_text(json.dumps({"answers": str(folder / "answers"), "checks": [{"id": "09.column_backward"}]}))
-        out = tmp_path / f"{name}.verdicts.json"
-        subprocess.run(judge + ["verdict", "--job", str(job), "--out", str(out)], check=True)
-        verdicts[name] = json.loads(out.read_text())["verdicts"]["09.column_backward"]
+    verdicts = judge_verdicts("09.column_backward", dict((("solution", backward), ("no_all_reduce", _variant(backward, no_all_reduce=True)))), tmp_path, monkeypatch)
     assert verdicts["solution"]["status"] == "passed", verdicts
     assert verdicts["no_all_reduce"]["status"] == "failed"
     assert "all-reduce" in verdicts["no_all_reduce"]["message"]
