@@ -20,7 +20,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from .comm import world
+from .comm import copy_to_tp_region, reduce_from_tp_region, world
 
 
 def _gather_seq(x: torch.Tensor, group: Any) -> torch.Tensor:
@@ -82,31 +82,6 @@ class _GatherLinear(torch.autograd.Function):
         return _reduce_scatter_seq(g @ w, ctx.group), g.t() @ full, None
 
 
-class _AllReduce(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
-        x = x.clone()
-        dist.all_reduce(x, group=group)
-        return x
-
-    @staticmethod
-    def backward(ctx, g):
-        return g, None
-
-
-class _CopyIn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return x
-
-    @staticmethod
-    def backward(ctx, g):
-        g = g.clone()
-        dist.all_reduce(g, group=ctx.group)
-        return g, None
-
-
 class Block(nn.Module):
     """x + dropout(W2 gelu(W1 norm(x))); tokens along dim 0 ([s, hidden])."""
 
@@ -138,9 +113,9 @@ class ParallelBlock(nn.Module):
         if self.sp:
             u = _GatherLinear.apply(h, self.w1, self.group)       # all s tokens, out/t features
         else:
-            u = _CopyIn.apply(h, self.group) @ self.w1.t()
+            u = copy_to_tp_region(h, self.group) @ self.w1.t()
         y = F.gelu(u) @ self.w2.t()                               # partial sums of the output
-        y = _ReduceScatterSeq.apply(y, self.group) if self.sp else _AllReduce.apply(y, self.group)
+        y = _ReduceScatterSeq.apply(y, self.group) if self.sp else reduce_from_tp_region(y, self.group)
         return x + F.dropout(y, self.p_drop, self.training)
 
 
