@@ -102,3 +102,41 @@ def judge_verdicts(exercise_id: str, answers: dict, tmp_path: Path, monkeypatch)
         subprocess.run(judge + ["verdict", "--job", str(job), "--out", str(out)], check=True)
         verdicts[name] = json.loads(out.read_text())["verdicts"][exercise_id]
     return verdicts
+
+
+def fails(exercise_id: str, *values, says: str | None = None, hides=()) -> str:
+    """Check that `values` fail the exercise's check with short feedback: one line, under 400
+    characters, no expected value (not even the full-feedback form), `says` in it, none of `hides`."""
+    import pytest
+
+    from course_kit import grading
+    with pytest.raises(grading.CheckFailed) as info:
+        grading.check(exercise_id, *values)
+    msg = info.value.message
+    if says:
+        assert says in msg, msg
+    assert "\n" not in msg and len(msg) < 400, msg
+    assert "(expected" not in msg, msg
+    for h in hides:
+        assert str(h) not in msg, (h, msg)
+    return msg
+
+
+def shows(msg: str, value: float) -> bool:
+    """Does the message show this number (to 3, 4 or 6 significant digits), as a number of its own?"""
+    import re
+    return any(re.search(rf"(?<![\d.]){re.escape(f'{value:.{d}g}')}(?!\d)", msg) for d in (3, 4, 6))
+
+
+def solution_namespace(notebook: str, exercise_id: str, head: str = "", namespace: dict | None = None) -> dict:
+    """Run one exercise's solution cell of the solved build (notebook: "09" or "00_start_here.py")
+    in a fresh namespace (seeded with `namespace`, after running `head`) and return it."""
+    from course_kit import nbbuild
+    [src] = sorted(nbbuild.SOURCES.glob(f"{notebook.removesuffix('.py')}*.py"))
+    cells = [c for c in nbbuild.build(src, solved=True)["cells"]
+             if (c["metadata"].get("course_kit") or {}).get("exercise") == exercise_id
+             and c["metadata"]["course_kit"]["role"] == "solution"]
+    assert len(cells) == 1, f"{exercise_id}: {len(cells)} solution cells"
+    ns: dict = dict(namespace or {})
+    exec(compile(head + "".join(cells[0]["source"]), f"<{exercise_id} solution>", "exec"), ns)
+    return ns

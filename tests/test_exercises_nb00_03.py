@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 import pytest
-from grading_fixtures import judge_verdicts
+from grading_fixtures import fails as _fails, judge_verdicts, solution_namespace as _solution
 import torch
 
 from course_kit import grading, nbbuild
@@ -20,30 +20,6 @@ from course_kit.grading.checks import nb00, nb01, nb02, nb03, registry
 
 HIDDEN = Path(nbbuild.PROJECT) / "instructor" / "hidden_checks"
 registry.load_hidden(HIDDEN, {"01", "02"})
-
-
-def _fails(exercise_id, *values, says=None, hides=()):
-    with pytest.raises(grading.CheckFailed) as info:
-        grading.check(exercise_id, *values)
-    msg = info.value.message
-    if says:
-        assert says in msg, msg
-    assert "\n" not in msg and len(msg) < 400, msg
-    assert "(expected" not in msg, msg            # the full-feedback form never shows by default
-    for h in hides:
-        assert str(h) not in msg, (h, msg)
-    return msg
-
-
-def _solution(source: str, exercise_id: str, head: str = "") -> dict:
-    """Run an exercise's solution cell of the solved build in a fresh namespace."""
-    nb = nbbuild.build(nbbuild.SOURCES / source, solved=True)
-    cells = [c for c in nb["cells"] if (c["metadata"].get("course_kit") or {}).get("exercise") == exercise_id
-             and c["metadata"]["course_kit"]["role"] == "solution"]
-    assert len(cells) == 1
-    ns: dict = {}
-    exec(compile(head + "".join(cells[0]["source"]), f"<{exercise_id} solution>", "exec"), ns)
-    return ns
 
 
 # ---- 00.decode_batch ----------------------------------------------------------------------------

@@ -7,40 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from grading_fixtures import judge_verdicts
+from grading_fixtures import fails as _fails, judge_verdicts, shows as _shows, solution_namespace as _solution
 
 from course_kit import grading, nbbuild
 from course_kit.grading.checks import nb04, nb05, nb06, nb07, registry
 
 registry.load_hidden(Path(nbbuild.PROJECT) / "instructor" / "hidden_checks", {"04", "05", "06", "07"})
-
-
-def _fails(exercise_id, *values, says=None):
-    with pytest.raises(grading.CheckFailed) as info:
-        grading.check(exercise_id, *values)
-    msg = info.value.message
-    if says:
-        assert says in msg, msg
-    assert "\n" not in msg and len(msg) < 400
-    return msg
-
-
-def _shows(msg: str, value: float) -> bool:
-    """Does the message show this number (to 4 or 6 significant digits), as a number of its own?"""
-    import re
-    return any(re.search(rf"(?<![\d.]){re.escape(f'{value:.{d}g}')}(?!\d)", msg) for d in (4, 6))
-
-
-def _solution(stem: str, exercise_id: str) -> dict:
-    """The namespace of one exercise's solution cell of the solved build (function exercises)."""
-    src = next(nbbuild.SOURCES.glob(f"{stem}_*.py"))
-    cells = [c for c in nbbuild.build(src, solved=True)["cells"]
-             if (c["metadata"].get("course_kit") or {}).get("exercise") == exercise_id
-             and c["metadata"]["course_kit"]["role"] == "solution"]
-    assert len(cells) == 1
-    ns: dict = {}
-    exec(compile("".join(cells[0]["source"]), f"<{exercise_id} solution>", "exec"), ns)
-    return ns
 
 
 # ---- 04.silent_trap -----------------------------------------------------------------------------

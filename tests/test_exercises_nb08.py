@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from grading_fixtures import judge_verdicts
+from grading_fixtures import fails as _fails, judge_verdicts
 import torch
 
 from course_kit import grading, nbbuild
@@ -96,16 +96,6 @@ def merges(tmp_path_factory):
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
-
-
-def _fails(exercise_id, *values, says=None):
-    with pytest.raises(grading.CheckFailed) as info:
-        grading.check(exercise_id, *values)
-    msg = info.value.message
-    if says:
-        assert says in msg, msg
-    assert "\n" not in msg and len(msg) < 400
-    return msg
 
 
 # ---- 08.merge_states ----------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from grading_fixtures import judge_verdicts
+from grading_fixtures import fails as _fails, judge_verdicts, shows as _shows, solution_namespace
 import torch
 
 from course_kit import grading, nbbuild
@@ -18,34 +18,11 @@ from course_kit.parallel import schedules
 registry.load_hidden(Path(nbbuild.PROJECT) / "instructor" / "hidden_checks", {"09", "10"})
 
 
-def _fails(exercise_id, *values, says=None):
-    with pytest.raises(grading.CheckFailed) as info:
-        grading.check(exercise_id, *values)
-    msg = info.value.message
-    if says:
-        assert says in msg, msg
-    assert "\n" not in msg and len(msg) < 400
-    return msg
-
-
-def _shows(msg: str, value: float) -> bool:
-    """Does the message show this number (to 3, 4 or 6 significant digits), as a number of its own?"""
-    return any(re.search(rf"(?<![\d.]){re.escape(f'{value:.{d}g}')}(?!\d)", msg) for d in (3, 4, 6))
-
+# ---- 09.column_backward -------------------------------------------------------------------------
 
 def _solution(stem: str, exercise_id: str) -> dict:
-    """The namespace of one exercise's solution cell of the solved build."""
-    src = next(nbbuild.SOURCES.glob(f"{stem}_*.py"))
-    cells = [c for c in nbbuild.build(src, solved=True)["cells"]
-             if (c["metadata"].get("course_kit") or {}).get("exercise") == exercise_id
-             and c["metadata"]["course_kit"]["role"] == "solution"]
-    assert len(cells) == 1
-    ns: dict = {"torch": torch, "schedules": schedules}
-    exec(compile("".join(cells[0]["source"]), f"<{exercise_id} solution>", "exec"), ns)
-    return ns
+    return solution_namespace(stem, exercise_id, namespace={"torch": torch, "schedules": schedules})
 
-
-# ---- 09.column_backward -------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def backward():
