@@ -31,6 +31,7 @@ from ..engine import SamplingParams
 from ..engine.async_loop import AsyncEngine
 from ..models import llama
 from ..streams.timeline import _merged
+from .batching import drain_requests
 
 CLAIM = {"source": "Hugging Face blog, R. Ouazan Reboul, P. Cuenca, A. Roy Gosthipaty, "
                    "'Unlocking asynchronicity in continuous batching', 14 May 2026",
@@ -147,21 +148,12 @@ def hf_runner(hf, slots: int, use_async: bool, hints: tuple[int, int, int]):
             from transformers.generation.continuous_batching.utils import WorkloadHints
             kwargs["workload_hints"] = WorkloadHints(max_prompt_length=hints[0], max_generated_length=hints[1],
                                                      num_requests=hints[2])
-        results: dict[str, list[int]] = {}
         with cm(**kwargs) as manager:
-            for i, p in enumerate(prompts):
-                manager.add_request(p, request_id=f"r{i}", max_new_tokens=new)
-            deadline = time.time() + 1800
-            while len(results) < len(prompts) and time.time() < deadline:
-                r = manager.get_result(timeout=1)
-                if r is not None and r.is_finished():
-                    if getattr(r, "error", None):
-                        raise RuntimeError(f"generate_batch failed on {r.request_id}: {r.error}")
-                    results[r.request_id] = list(r.generated_tokens)
+            tokens = drain_requests(manager, prompts, [new] * len(prompts), timeout_s=1800)
         mgr = getattr(hf, "_cached_continuous_batching_manager", None)    # the manager really used
         used["use_async_batching_decided"] = getattr(getattr(mgr, "continuous_batching_config", None),
                                                      "use_async_batching", cfg.use_async_batching)
-        return [results.get(f"r{i}", []) for i in range(len(prompts))]
+        return tokens
     return run, used
 
 

@@ -146,19 +146,26 @@ def hf_generate_batch(hf, prompts: list[list[int]], news: list[int], hints: tupl
     if "persistent_manager" in sig:
         kwargs["persistent_manager"] = keep
         settings["manager_kept_warm"] = keep
-    results: dict[str, list[int]] = {}
     with cm(**kwargs) as manager:
-        for i, (p, n) in enumerate(zip(prompts, news)):
-            manager.add_request(p, request_id=f"r{i}", max_new_tokens=n)
-        deadline = time.time() + 3600
-        while len(results) < len(prompts) and time.time() < deadline:
-            r = manager.get_result(timeout=1)
-            if r is not None and r.is_finished():
-                if getattr(r, "error", None):
-                    raise RuntimeError(f"generate_batch failed on {r.request_id}: {r.error}")
-                results[r.request_id] = list(r.generated_tokens)
+        tokens = drain_requests(manager, prompts, news, timeout_s=3600)
     settings["attn_implementation"] = hf.config._attn_implementation
-    return [results.get(f"r{i}", []) for i in range(len(prompts))], settings
+    return tokens, settings
+
+
+def drain_requests(manager, prompts: list[list[int]], news: list[int], timeout_s: float) -> list[list[int]]:
+    """Add every prompt to an HF continuous-batching manager and collect each one's new tokens, in
+    prompt order (a request HF reports as failed raises; one still running at the deadline is empty)."""
+    results: dict[str, list[int]] = {}
+    for i, (p, n) in enumerate(zip(prompts, news)):
+        manager.add_request(p, request_id=f"r{i}", max_new_tokens=n)
+    deadline = time.time() + timeout_s
+    while len(results) < len(prompts) and time.time() < deadline:
+        r = manager.get_result(timeout=1)
+        if r is not None and r.is_finished():
+            if getattr(r, "error", None):
+                raise RuntimeError(f"generate_batch failed on {r.request_id}: {r.error}")
+            results[r.request_id] = list(r.generated_tokens)
+    return [results.get(f"r{i}", []) for i in range(len(prompts))]
 
 
 def policy_runs(record: dict) -> dict[str, tuple[dict, dict]]:
