@@ -124,3 +124,27 @@ def torchscript_deprecation() -> dict:
         if issubclass(w.category, (DeprecationWarning, FutureWarning)) or "deprecat" in text.lower():
             found.append(f"{w.category.__name__}: {text}")
     return {"torch": torch.__version__, "warnings": list(dict.fromkeys(found))}
+
+
+class CountCalls(nn.Module):
+    """Multiplies by the number of calls so far: a Python counter kept on the module (notebook 04's
+    exercise 04.silent_trap; the gallery does not show it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return x * self.calls
+
+
+def counter_trap() -> Any:
+    """CountCalls as a capture.Case: captured once from an example, then run on two new inputs."""
+    from .capture import Case
+
+    def randn(seed: int, *shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+    return Case("a counter kept on the module", CountCalls, lambda: (randn(0, 4, 8),),
+                lambda: [(randn(1, 4, 8),), (randn(2, 6, 8),)], ({0: Dim("batch")},),
+                "captured once, then called on two new inputs")

@@ -24,11 +24,12 @@ def test_04_trap_measures_what_the_notebook_says():
     assert nb04.trap_statuses() == TRAP_TRUTH
 
 
-def test_04_notebook_defines_the_checkers_trap():
-    import inspect
+def test_04_notebook_and_checker_share_the_trap():
+    """One CountCalls: the notebook shows and runs capture_traps' trap, and the checker measures the same one."""
+    from course_kit import capture_traps
     text = (nbbuild.SOURCES / "04_graph_capture.py").read_text()
-    body = inspect.getsource(nb04.CountCalls.forward)
-    assert body in text and "self.calls = 0" in text
+    assert "TRAP = counter_trap()" in text and "class CountCalls" not in text
+    assert nb04.trap_case().make is capture_traps.CountCalls
 
 
 def test_04_silent_trap_passes_whatever_the_prediction():

@@ -265,25 +265,9 @@ course_kit.grading.check("04.exportable_hidden", ExportableClipOrScale)
 #    every later input.
 
 # %%
-class CountCalls(torch.nn.Module):
-    """Multiplies by the number of calls so far: a Python counter kept on the module."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.calls += 1
-        return x * self.calls
-
-
-def _randn(seed, *shape):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
-
-TRAP = capture.Case("a counter kept on the module", CountCalls, lambda: (_randn(0, 4, 8),),
-                    lambda: [(_randn(1, 4, 8),), (_randn(2, 6, 8),)], ({0: Dim("batch")},),
-                    "captured once, then called on two new inputs")
+from course_kit.capture_traps import CountCalls, counter_trap
+show_source(CountCalls)
+TRAP = counter_trap()   # captured once from an example, then called on two new inputs
 
 # %% {"course_kit": {"exercise": "04.silent_trap", "role": "solution", "points": 2, "task": "record PREDICTED, then measure MEASURED with capture.probe, then answer CAUSE (see the task above)"}}
 # 1. predict (before measuring)

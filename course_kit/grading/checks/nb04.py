@@ -90,29 +90,10 @@ def check_exportable(answer) -> None:
 
 # ---- 04.silent_trap: predict, measure and explain what each capture does to a module with state ----
 
-class CountCalls(torch.nn.Module):
-    """The trap of 04.silent_trap (the notebook defines the same class): a Python counter kept on
-    the module, read by forward. Eager multiplies by how many times it has been called."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.calls += 1
-        return x * self.calls
-
-
 def trap_case() -> Any:
-    """The capture.Case of the trap, as the notebook builds it (capture.probe runs it)."""
-    from course_kit import capture
-    from torch.export import Dim
-
-    def g(seed: int, *shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-    return capture.Case("a counter kept on the module", CountCalls, lambda: (g(0, 4, 8),),
-                        lambda: [(g(1, 4, 8),), (g(2, 6, 8),)], ({0: Dim("batch")},),
-                        "captured once, then called on two new inputs")
+    """The capture.Case of the trap, the one the notebook runs (course_kit.capture_traps)."""
+    from course_kit.capture_traps import counter_trap
+    return counter_trap()
 
 
 STATUSES = ("correct", "silently wrong", "refused", "fails at run")
