@@ -54,20 +54,22 @@ class Conn:
         """End the request and read the whole response (also a streamed one)."""
         if self.h.our_state is h11.SEND_BODY:
             self.sock.sendall(self.h.send(h11.EndOfMessage()))
+        return self.read_response()
+
+    def read_response(self) -> tuple[int, dict, bytes]:
+        """Read one whole response, whether or not the request was finished (a stalled upload)."""
         status, headers, body = None, {}, b""
         while True:
             event = self.h.next_event()
             if event is h11.NEED_DATA:
-                data = self.sock.recv(65536)
-                self.h.receive_data(data)
+                self.h.receive_data(self.sock.recv(65536))
                 continue
             if isinstance(event, h11.Response):
                 status, headers = event.status_code, {k.decode(): v.decode() for k, v in event.headers}
             elif isinstance(event, h11.Data):
                 body += event.data
             elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                break
-        return status, headers, body
+                return status, headers, body
 
     def request(self, body: bytes, content_type: str = "application/json", chunked: bool = False):
         self.send_head(None if chunked else len(body), content_type)
@@ -216,14 +218,14 @@ def test_huge_bodies_get_413_and_the_server_keeps_serving(server):
     # a declared length over the cap is refused before the body is read
     conn = Conn(server.port)
     conn.send_head(MAX_BODY + 1)
-    status, headers, body = _read_only(conn)
+    status, headers, body = conn.read_response()
     assert status == 413 and headers.get("connection") == "close" and "bytes" in json.loads(body)["detail"]
     # no declared length: the cap is counted as the chunks arrive (send just past it, then read)
     conn = Conn(server.port)
     conn.send_head(None)
     for _ in range(MAX_BODY // 4096 + 1):
         conn.send_data(b" " * 4096)
-    status, headers, _ = _read_only(conn)
+    status, headers, _ = conn.read_response()
     assert status == 413 and headers.get("connection") == "close"
     r = httpx.post(server.url + "/v1/completions", json={"prompt": [5, 6], "max_tokens": 2, "stream": False},
                    timeout=30)
@@ -259,25 +261,9 @@ def test_slow_clients(server):
     conn.send_head(len(body))
     conn.send_data(body[:10])
     t0 = time.time()
-    status, headers, reply = _read_only(conn)
+    status, headers, reply = conn.read_response()
     assert status == 408 and BODY_TIMEOUT * 0.8 < time.time() - t0 < BODY_TIMEOUT + 10
     assert wait_idle(server)["used_blocks"] == 0
-
-
-def _read_only(conn: Conn):
-    """Read the response without finishing the request (a stalled upload)."""
-    status, headers, body = None, {}, b""
-    while True:
-        event = conn.h.next_event()
-        if event is h11.NEED_DATA:
-            conn.h.receive_data(conn.sock.recv(65536))
-            continue
-        if isinstance(event, h11.Response):
-            status, headers = event.status_code, {k.decode(): v.decode() for k, v in event.headers}
-        elif isinstance(event, h11.Data):
-            body += event.data
-        elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-            return status, headers, body
 
 
 def test_a_client_leaving_mid_upload_or_mid_stream_leaks_nothing(server):
