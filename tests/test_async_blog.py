@@ -30,3 +30,15 @@ def test_blog_case_runs_four_ways_in_one_run_on_cpu():
     assert s["claim"]["time_saved"] == 0.22 and s["claim"]["batch"] == 32
     text = explain_blog(rows, s)
     assert "course engine" in text and "The lecture's claim" in text
+
+
+def test_blog_token_sentence_follows_the_agreement_and_dtype():
+    from course_kit.streams.explain import blog_token_agreement
+    base = {"hf_sync_async_agreement": 0.9998}
+    same = blog_token_agreement({**base, "engine_hf_agreement": 1.0, "dtype": "bfloat16"})
+    assert same.startswith("Greedy tokens") and "100.0%" in same and "round" not in same
+    drift = blog_token_agreement({**base, "engine_hf_agreement": 0.0017, "dtype": "bfloat16"})
+    assert "0.2%" in drift and "99.98%" in drift and "round differently" in drift and "float32" in drift
+    bug = blog_token_agreement({**base, "engine_hf_agreement": 0.5, "dtype": "float32"})
+    assert "real difference" in bug and "round" not in bug
+    assert blog_token_agreement({"engine_hf_agreement": None}) == ""

@@ -153,4 +153,29 @@ def explain_blog(rows: Sequence[Mapping], summary: Mapping) -> str:
                  f"{summary['model']}, batch {summary['batch']}, {summary['new_tokens']} new tokens per request"
                  + ("; the engine's sync and async tokens are identical" if summary.get("engine_tokens_identical")
                     else "; the engine's sync and async tokens differ") + ".")
-    return "\n".join(lines)
+    lines.append(blog_token_agreement(summary))
+    return "\n".join(line for line in lines if line)
+
+
+def blog_token_agreement(summary: Mapping) -> str:
+    """How far the blog case's tokens agree across systems and modes, and what that can mean."""
+    hf_modes, engine_hf = summary.get("hf_sync_async_agreement"), summary.get("engine_hf_agreement")
+    if engine_hf is None:
+        return ""
+    dtype = summary.get("dtype", "the run's dtype")
+
+    def pct(x: float) -> str:   # 99.98% must not print as 100.0%
+        return f"{x:.2%}" if 0.999 <= x < 1 else f"{x:.1%}"
+    text = f"Greedy tokens: the engine's and HF's (sync) agree at {pct(engine_hf)} of positions"
+    if hf_modes is not None:
+        text += f", HF's sync and async at {pct(hf_modes)}"
+    if engine_hf >= 0.99:
+        return text + "."
+    if dtype == "float32":
+        return text + ": in float32 the two should give the same tokens, so this run shows a real difference."
+    return (text + f". In {dtype}, two correct implementations round differently (their kernels "
+            "and fusions differ); on random weights many top-2 logits are near-ties, a flipped "
+            "tie changes the rest of that text, and the deeper the model the larger the drift. The oracle is "
+            "float32: there the engine must give HF's tokens exactly (its tests; for this shape "
+            "`scripts/diag_blog_tokens.py`, log in `data/reference/h200/logs/`).")
+
