@@ -69,12 +69,17 @@ def explain_train(rows: dict[str, dict], mode: str, target: float = 1.2) -> dict
             f"({wall['eager'] / 1e3:.2f} ms). ")
     if peer_name != "eager":
         gap = wall["mode"] - wall["peer"]
-        text += (f"`{peer_name}` took {wall['peer'] / 1e3:.2f} ms, so `{mode}` is {abs(gap) / 1e3:.2f} ms "
-                 f"{'slower' if gap > 0 else 'faster'} than `{peer_name}`. ")
+        same = abs(gap) <= narrate.SAME_WITHIN * wall["peer"]   # a gap inside the timing noise is not explained
+        if same:
+            text += (f"`{peer_name}` took {wall['peer'] / 1e3:.2f} ms: the two are about as fast (within "
+                     f"{narrate.SAME_WITHIN:.0%}), so autotuning gained nothing measurable over `{peer_name}` here. ")
+        else:
+            text += (f"`{peer_name}` took {wall['peer'] / 1e3:.2f} ms, so `{mode}` is {abs(gap) / 1e3:.2f} ms "
+                     f"{'slower' if gap > 0 else 'faster'} than `{peer_name}`. ")
         kgap = g_m - g_p
         text += (f"Profiled GPU kernel time per step ({scope}): {g_m / 1e3:.2f} ms against {g_p / 1e3:.2f} ms, "
                  f"a difference of {kgap / 1e3:+.2f} ms. ")
-        if gap > 0:
+        if gap > 0 and not same:
             if kgap < 0.5 * gap:
                 text += ("The kernels autotuning chose account for less than half of the gap: the rest is outside "
                          "the kernels (host-side launch and Python time, or noise in the timing: spread "
