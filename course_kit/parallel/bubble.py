@@ -212,7 +212,12 @@ def explain_schedules(gpipe: Sequence[Mapping], one_f_one_b: Sequence[Mapping], 
                    f"{_ms(hi['busy_s'])}), so the same wall time holds less idle time. Why its steps took "
                    f"longer the record does not show (cause unknown).")
     else:
-        out.append(f"Most of the difference ({_pts(shares[main])} of {_pts(diff)}) comes from {main}.")
+        other = next(k for k in shares if k != main)
+        if shares[other] < 0:     # the parts pull opposite ways: "most of" would read as more than all
+            out.append(f"{higher}'s extra idle time ({_pts(diff)}) is {main} ({_pts(shares[main])} more), "
+                       f"partly offset by {other} ({_pts(-shares[other])} less).")
+        else:
+            out.append(f"Most of the difference ({_pts(shares[main])} of {_pts(diff)}) comes from {main}.")
         if main == "the time between steps" and hi["late_by_a_step"] >= 0.5 > lo["late_by_a_step"]:
             out.append(f"In {higher}, {hi['late_by_a_step']:.0%} of the messages reached an idle neighbour "
                        f"only after the sender's next step had ended too.")
