@@ -61,6 +61,32 @@ def test_weight_only_sentence_both_directions_and_skips():
                  rel_error_vs_dequantised=2e-3, quantisation_error=0.1, group_size=128)]
     t = explain_weight_only(rows, "On the GPU")
     assert "1.67x faster than** bf16" in t and "1.50x slower than** bf16" in t and "groups of 128" in t
+    # a kernel that dequantises as it loads: fewer bytes, read once; slower anyway is said, cause unknown
+    assert "stored in 2.0x fewer bytes than bf16 and read once (1,118 GB/s" in t
+    assert t.count("fewer bytes did not make it faster") == 1 and "does not show why" in t
+    # the unfused int8 path writes a bf16 copy and reads it back: 1 + 2 + 2 bytes per weight
+    from course_kit.dtypes import woq
+    unfused = [rows[0], dict(rows[1], kernel=woq.UNFUSED_INT8, median_s=400e-6)]
+    t = explain_weight_only(unfused, "On the GPU")
+    assert "4.00x slower than** bf16" in t and "writes a bf16 copy" in t and "2.5x the weight bytes of bf16" in t
+    assert "read once" not in t and "did not make it faster" not in t
     rows[2] = {"kind": "int4", "skipped": "RuntimeError: no kernel"}
     assert "not run here (RuntimeError" in explain_weight_only(rows, "X")
     assert "not measured" in explain_weight_only(rows[1:], "X")
+
+
+def test_weight_bytes_moved_counts_the_unfused_copy():
+    from course_kit.dtypes import woq
+    assert woq.weight_bytes_moved(64, 128, "bf16", "aten.linear (bf16)") == 2 * 64 * 128
+    assert woq.weight_bytes_moved(64, 128, "int8", "aten._weight_int8pack_mm") == woq.weight_bytes(64, 128, "int8")
+    assert woq.weight_bytes_moved(64, 128, "int8", woq.UNFUSED_INT8) == woq.weight_bytes(64, 128, "int8") + 4 * 64 * 128
+
+
+def test_int4_kernel_needs_sm80_t4_emulation_included(monkeypatch):
+    from course_kit import device
+    from course_kit.dtypes import woq
+    assert woq.int4_unavailable("cpu") is None
+    monkeypatch.setattr(device, "current_capability", lambda: (7, 5))
+    assert woq.int4_unavailable("cuda") == "torch's int4 kernel needs sm_80 or newer; this GPU is sm_75"
+    monkeypatch.setattr(device, "current_capability", lambda: (9, 0))
+    assert woq.int4_unavailable("cuda") is None

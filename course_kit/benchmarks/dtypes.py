@@ -221,6 +221,9 @@ def weight_only(dev: str, n: int, m: int = 16, repeat: int = 10, rotate: int = 1
         if kind == "int4" and not group_size:
             rows.append({**row, "skipped": f"no int4 group size (32..256) divides n={n}"})
             continue
+        if kind == "int4" and woq.int4_unavailable(dev):
+            rows.append({**row, "skipped": woq.int4_unavailable(dev)})
+            continue
         try:
             # correctness at a small size first, on this device's kernel
             ws = torch.randn(256, 512, generator=g)

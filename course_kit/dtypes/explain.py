@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from .. import narrate
+from . import woq
 from .formats import get_format
 
 
@@ -86,9 +87,20 @@ def explain_weight_only(rows: list[Mapping], where: str) -> str:
             lines.append(f"- {k}: not run here ({r['skipped']}).")
             continue
         gs = f", groups of {r['group_size']}" if r.get("group_size") else ""
+        gsize = r.get("group_size") or 128
+        moved = woq.weight_bytes_moved(n, n, k, r["kernel"], gsize)
+        stored = f"stored in {b['weight_bytes'] / r['weight_bytes']:.1f}x fewer bytes than bf16"
+        if moved > woq.weight_bytes(n, n, k, gsize):     # the unfused path: a bf16 copy written and read back
+            traffic = (f"{stored}, but this path first writes a bf16 copy of them in a kernel of its own and "
+                       f"the matmul reads that copy: {moved / b['weight_bytes']:.1f}x the weight bytes of bf16 "
+                       f"cross memory ({moved / r['median_s'] / 1e9:,.0f} GB/s)")
+        else:
+            traffic = f"{stored} and read once ({r['weight_gbs']:,.0f} GB/s of weights)"
+            if r["median_s"] > b["median_s"] * (1 + narrate.SAME_WITHIN):
+                traffic += (f": fewer bytes did not make it faster here, as it read them at "
+                            f"{r['weight_gbs'] / b['weight_gbs']:.0%} of bf16's rate; the record does not show why")
         lines.append(f"- {k} weights{gs} (`{r['kernel']}`): {r['median_s'] * 1e6:,.1f} µs, "
-                     f"**{narrate.speed(r['median_s'], b['median_s'])}** bf16 weights, reading "
-                     f"{b['weight_bytes'] / r['weight_bytes']:.1f}x fewer bytes ({r['weight_gbs']:,.0f} GB/s of weights); "
-                     f"result within {r['rel_error_vs_dequantised']:.1e} of the fp32 matmul of its dequantised "
+                     f"**{narrate.speed(r['median_s'], b['median_s'])}** bf16 weights; {traffic}. "
+                     f"Result within {r['rel_error_vs_dequantised']:.1e} of the fp32 matmul of its dequantised "
                      f"weights, which differ from the originals by {r['quantisation_error']:.1%}.")
     return "\n".join(lines)

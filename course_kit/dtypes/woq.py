@@ -16,7 +16,24 @@ from __future__ import annotations
 
 import torch
 
+from .. import device as _device
+
 INT4_INNER_K_TILES = 8     # the CUDA packing's tile parameter (gpt-fast's default); CPU takes 1
+# The int8 path where torch has no weight-only kernel: `q.to(bf16)` is a kernel of its own that writes
+# a bf16 copy of the weights, which the matmul then reads (weight_bytes_moved counts it).
+UNFUSED_INT8 = "linear(x, q.to(bf16)) * scale"
+INT4_MIN_CAPABILITY = (8, 0)   # torch's int4 "tinygemm" CUDA kernel is built for sm_80 and newer
+
+
+def int4_unavailable(device: str | torch.device) -> str | None:
+    """Why the int4 kernel cannot run on `device` (as the course decides for it, T4 emulation
+    included), or None when it can."""
+    if torch.device(device).type != "cuda":
+        return None
+    cap = _device.current_capability()
+    if cap is not None and tuple(cap) < INT4_MIN_CAPABILITY:
+        return f"torch's int4 kernel needs sm_80 or newer; this GPU is sm_{cap[0]}{cap[1]}"
+    return None
 
 
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,7 +56,7 @@ def int8_weight_only_mm(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -
     if x.device.type == "cpu":
         return torch._weight_int8pack_mm(x, q, s), "aten._weight_int8pack_mm"
     # No int8 weight-only kernel on this device in torch: convert in the matmul's operand, scale after.
-    return torch.nn.functional.linear(x, q.to(x.dtype)) * s, "linear(x, q.to(bf16)) * scale"
+    return torch.nn.functional.linear(x, q.to(x.dtype)) * s, UNFUSED_INT8
 
 
 def quantize_int4(w: torch.Tensor, group_size: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,3 +110,11 @@ def weight_bytes(n: int, k: int, kind: str, group_size: int = 128) -> int:
     if kind == "int4":
         return n * k // 2 + 2 * 2 * n * (k // group_size)
     raise ValueError(f"unknown kind {kind!r}; choose bf16, int8 or int4")
+
+
+def weight_bytes_moved(n: int, k: int, kind: str, kernel: str, group_size: int = 128) -> int:
+    """Bytes of weights a matmul path moves through memory per call: what it stores, read once, when
+    the kernel dequantises as it loads; for the unfused int8 path also the bf16 copy it writes and
+    the matmul reads back (2 + 2 bytes per weight)."""
+    stored = weight_bytes(n, k, kind, group_size)
+    return stored + 4 * n * k if kernel == UNFUSED_INT8 else stored
