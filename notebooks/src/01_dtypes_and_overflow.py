@@ -391,10 +391,13 @@ if rec is not None:
 #
 # A decode step multiplies a few activation rows by large weight matrices, so it is bound by the
 # bytes of the weights (notebook 00's roofline). Weight-only quantisation stores the weights in 8 or
-# 4 bits and dequantises them inside the matmul kernel; activations stay bf16. PyTorch's kernels:
-# `torch._weight_int8pack_mm` (int8, one scale per output row) and `torch._weight_int4pack_mm`
-# (int4 in groups of 128 along K, a scale and a zero per group). Each is checked against the fp32
-# matmul of its own dequantised weights, here at a small size:
+# 4 bits; activations stay bf16. It can only gain if the kernel dequantises the weights as it loads
+# them, so that just the small weights cross memory. PyTorch has such kernels for int4
+# (`torch._weight_int4pack_mm`, groups of 128 along K with a scale and a zero each) and, on a CPU,
+# for int8 (`torch._weight_int8pack_mm`, one scale per output row). For int8 on a GPU it has none:
+# the fallback here, `linear(x, q.to(bf16)) * scale`, converts the weights in a kernel of its own,
+# and the text below counts the bytes that costs. Each path is checked against the fp32 matmul of
+# its own dequantised weights, here at a small size:
 
 # %%
 show_source(bench_dtypes.weight_only)
