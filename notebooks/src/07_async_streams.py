@@ -88,14 +88,23 @@ else:
     conc_tls = ({m: rec_streams["timelines"][f"spin: {m}"] for m in ("one stream", "one stream each")}
                 if rec_streams else None)
     conc_speedup = rec_streams["summary"]["spin_concurrency_speedup"] if rec_streams else None
+
+
+def here(text: str) -> str:
+    """A sentence about this section's streams run, labelled when it is the reference GPU's record."""
+    if ON_GPU or not rec_streams:
+        return text
+    return f"Recorded on the reference {rec_streams['environment'].get('gpu', 'GPU')}: {text[0].lower()}{text[1:]}"
+
+
 fig = splots.gantt_pair(conc_tls, "4 spin kernels: one stream, then one stream each") if conc_tls else None
 fig
 
 # %%
 if conc_speedup is not None:
     words = narrate.ratio_words(conc_speedup, better="sooner", worse="later", same="at about the same time as")
-    md(f"The same four kernels finish **{words}** on one stream when each has its own stream. "
-       "Nothing about the kernels changed: only the queue they were put on.")
+    md(here(f"The same four kernels finish **{words}** on one stream when each has its own stream. "
+            "Nothing about the kernels changed: only the queue they were put on."))
 else:
     md("No GPU here and no recorded run yet: run `course-kit bench streams` on a GPU to fill this in.")
 
@@ -133,7 +142,7 @@ if legacy_ms:
                            "sequence." if ratio > 1.5 else " (compare the two timelines)."))
     else:
         text += "Blocking streams could not be created here (the CUDA runtime library was not reachable)."
-    md(text)
+    md(here(text))
 
 # %% [markdown]
 # ## 2. Ordering across streams: events, `wait_event`, `wait_stream`
@@ -203,10 +212,10 @@ race_table(rs) if rs else None
 # %%
 if rs:
     racy = rs["racy (no record_stream)"]
-    md(f"Without `record_stream`, the new tensor {'reused' if racy['memory_reused'] else 'did not reuse'} "
-       f"the freed memory and the side stream read **{racy['y_mean']:g}** where 2 was expected "
-       f"(7, the new tensor's value, doubled). With it, the result is "
-       f"**{rs['fixed (record_stream)']['y_mean']:g}**.")
+    md(here(f"Without `record_stream`, the new tensor {'reused' if racy['memory_reused'] else 'did not reuse'} "
+            f"the freed memory and the side stream read **{racy['y_mean']:g}** where 2 was expected "
+            f"(7, the new tensor's value, doubled). With it, the result is "
+            f"**{rs['fixed (record_stream)']['y_mean']:g}**."))
 
 # %% [markdown]
 # ## 4. Copies that overlap compute need pinned memory
@@ -239,10 +248,10 @@ else:
 if copy_rows:
     by = {r["name"]: r for r in copy_rows}
     pin, page = by["copy stream: pinned, non_blocking"], by["copy stream: pageable, non_blocking"]
-    md(f"Pinned + `non_blocking` on a copy stream: **{narrate.ratio_words(pin['speedup_vs_serial'])}** "
-       f"copy-then-compute, and the host was held for **{pin['host_blocked_ms']:.2f} ms**. From pageable memory "
-       f"the host was held **{page['host_blocked_ms']:.2f} ms**, and the copy stream ran "
-       f"**{narrate.ratio_words(page['speedup_vs_serial'])}** copy-then-compute.")
+    md(here(f"Pinned + `non_blocking` on a copy stream: **{narrate.ratio_words(pin['speedup_vs_serial'])}** "
+            f"copy-then-compute, and the host was held for **{pin['host_blocked_ms']:.2f} ms**. From pageable "
+            f"memory the host was held **{page['host_blocked_ms']:.2f} ms**, and the copy stream ran "
+            f"**{narrate.ratio_words(page['speedup_vs_serial'])}** copy-then-compute."))
 
 # %% [markdown]
 # ## 5. The step loop, sync and async, on any machine

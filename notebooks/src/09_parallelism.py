@@ -561,7 +561,7 @@ if costs is not None:
        f"**{costs.ring_base_s * 1e6:.1f} µs** (NCCL ring) and **{costs.one_shot_base_s * 1e6:.1f} µs** (one-shot) "
        f"at 2 GPUs.")
     small = min((r for r in ref2["results"] if r["name"] == "all_reduce" and r["n"] == 2), key=lambda r: r["bytes"])
-    md(f"The smallest eager all-reduce of §2 ({small['bytes']:,} bytes) took **{small['median_s'] * 1e6:.1f} µs** "
+    md(f"In the 2x H200 record, the smallest eager all-reduce of §2 ({small['bytes']:,} bytes) took **{small['median_s'] * 1e6:.1f} µs** "
        f"per call; the captured one in the decode step, about {costs.ring_base_s * 1e6:.1f} µs: the eager call is "
        f"{narrate.speed(small['median_s'], costs.ring_base_s).replace('than', 'than the captured one')}. "
        f"Same collective, same GPUs: one is launched by the host call by call, the other replayed from a graph. "
