@@ -58,3 +58,28 @@ def test_hook_registers_and_unregisters():
         fns[-1](_timings(), "mm", [_Node(4, 4)], [], lambda: {})
     assert len(fns) == n and rows[0]["winner"] == "triton_mm_3"
     A.clear_autotune_memory()
+
+
+def test_probe_on_this_cpu_reports_what_inductor_benchmarked():
+    from course_kit.compile_modes import autotune
+    p = autotune.probe("cpu", 64)
+    assert p["device"] == "cpu" and p["error"] is None and p["compile_s"] > 0
+    text = autotune.explain_probe(p)
+    assert text.startswith("On this cpu, `max-autotune-no-cudagraphs` on a 64 x 64 matmul")
+    assert ("benchmarked **no** candidate" in text) == (not p["rows"])
+
+
+def test_explain_probe_both_ways_and_on_failure():
+    from course_kit.compile_modes import autotune
+    base = {"device": "cuda", "n": 256, "compile_s": 12.0, "error": None}
+    none = autotune.explain_probe({**base, "rows": []})
+    assert "**no** candidate" in none and "does not show why" in none and "reference GPU's" in none
+    row = autotune.choice_row({}, "mm", [])   # an op with no timings counts as not tuned
+    assert "**no** candidate" in autotune.explain_probe({**base, "rows": [row]})
+    tuned = {"op": "mm", "inputs": [[256, 256], [256, 256]], "candidates": 12, "winner": "triton_mm_3",
+             "backend": "Triton template", "config": "BLOCK_M=64", "winner_ms": 0.01,
+             "runner_up_backend": "ATen (cuBLAS)", "runner_up_ms": 0.012}
+    some = autotune.explain_probe({**base, "rows": [tuned]})
+    assert "autotuned **1** op(s), benchmarking 12 candidates" in some and "triton_mm_3" in some
+    failed = autotune.explain_probe({**base, "rows": [], "error": "RuntimeError: no compiler"})
+    assert "failed to compile: `RuntimeError: no compiler`" in failed

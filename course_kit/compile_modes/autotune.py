@@ -106,3 +106,49 @@ def explain_choices(rows: list[dict], mode: str = "max-autotune", limit: int = 5
         lines.append(f"| {r['op']} | {' x '.join(str(i) for i in r['inputs'])} | {r['candidates']} | {win} | "
                      f"{r['winner_ms']:.4f} | {other} |")
     return text + "\n\n" + "\n".join(lines)
+
+
+def probe(device: str = "cpu", n: int = 256) -> dict:
+    """Compile one n x n matmul + bias + GELU with `max-autotune-no-cudagraphs` on `device`, from
+    empty caches, and collect what Inductor benchmarked: {"device", "n", "compile_s", "rows", "error"}.
+    Notebook 03 runs it on a CPU, where the recorded choices come from the GPU."""
+    import time
+
+    import torch
+
+    from .modes import fresh_caches
+
+    g = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(*s, generator=g).to(device) for s in ((n, n), (n, n), (n,)))
+
+    def mm_gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x @ w + b)
+
+    torch._dynamo.reset()
+    clear_autotune_memory()
+    out = {"device": str(device), "n": n, "rows": [], "error": None}
+    try:
+        with fresh_caches(), autotune_choices() as rows:
+            t0 = time.perf_counter()
+            torch.compile(mm_gelu, mode="max-autotune-no-cudagraphs")(x, w, b)
+            out["compile_s"] = time.perf_counter() - t0
+        out["rows"] = list(rows)
+    except Exception as err:  # noqa: BLE001 - what Inductor refused is the finding
+        out["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+    finally:
+        torch._dynamo.reset()
+    return out
+
+
+def explain_probe(p: dict) -> str:
+    """What the probe shows: autotuning ran on this device (with what), or not, and why the choices
+    shown next come from the record."""
+    where = f"On this {p['device']}, `max-autotune-no-cudagraphs` on a {p['n']} x {p['n']} matmul + bias + GELU"
+    if p.get("error"):
+        return f"{where} failed to compile: `{p['error']}`. The autotuning choices below are the reference GPU's."
+    s = summarise_choices(p["rows"])
+    if not s["ops"]:
+        return (f"{where} compiled in {p['compile_s']:.1f} s and benchmarked **no** candidate: Inductor autotuned "
+                f"nothing here (this run does not show why), so the choices below are the reference GPU's.")
+    return (f"{where} compiled in {p['compile_s']:.1f} s and autotuned **{s['ops']}** op(s), benchmarking "
+            f"{s['candidates']} candidates: " + explain_choices(p["rows"], "max-autotune-no-cudagraphs"))

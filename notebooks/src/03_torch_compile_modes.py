@@ -251,8 +251,11 @@ if ref is not None and ma:
 # with their tile sizes) and the winner.
 
 # %%
+from course_kit.compile_modes import autotune
 from course_kit.compile_modes.autotune import explain_choices
 
+if DEVICE == "cpu":   # does Inductor autotune anything on this machine? (a few seconds: cold caches)
+    md(autotune.explain_probe(autotune.probe(DEVICE)))
 tuned = [r for r in train_rows if "autotune_choices" in r] if ref is not None else []
 for r in tuned:
     md(explain_choices(r["autotune_choices"], r["mode"]))
