@@ -77,7 +77,8 @@ def check(exercise_id: str, *values: Any, **kwargs: Any) -> None:
     status, message = verdict.outcome(spec, answer, source)
     if status != "passed":
         raise CheckFailed(exercise_id, message)
-    print(f"✅ Exercise {exercise_id}: passed.")
+    later = f" {spec.later} is judged when your instructor grades the notebook." if spec.later else ""
+    print(f"✅ Exercise {exercise_id}: passed.{later}")
 
 
 def checkers() -> dict[str, Callable[..., Any]]:

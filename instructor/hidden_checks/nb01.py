@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 
 from course_kit import grading
+from course_kit.grading.checks import feedback
+from course_kit.grading.checks.nb01 import CULPRITS
 from course_kit.grading.checks.nb01 import compare_fp8, from_bits
 
 
@@ -25,3 +27,14 @@ def _cases() -> list[tuple]:
 @grading.exercise("01.fp8_round_hidden", cases=_cases)
 def fp8_round_hidden(fn) -> None:
     compare_fp8(fn, _cases()[0][0], "random bit patterns")
+
+
+# ---- 01.overflow_point: the multiple-choice part, kept out of the installed package ---
+CULPRIT_ANSWER = "B"   # the matmul: 64 x^2 passes fp16's max; softmax subtracts the row max
+
+
+@grading.exercise("01.overflow_point_hidden")
+def overflow_point_hidden(culprit) -> None:
+    found = feedback.choice(culprit, "CULPRIT", CULPRITS)
+    grading.expect(found == CULPRIT_ANSWER, "CULPRIT names an operation that does not overflow first",
+                   CULPRIT_ANSWER, culprit)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 
 from course_kit import grading
+from course_kit.grading.checks import feedback
+from course_kit.grading.checks.nb04 import TRAP_CAUSES
 from course_kit.grading.checks.nb04 import batches, judge
 
 
@@ -22,3 +24,14 @@ def _cases() -> list[tuple]:
                   probe="course_kit.grading.checks.nb04:probe")
 def check_exportable_hidden(answer) -> None:
     judge(answer, {i + 1: name for i, name in enumerate(_probes())})
+
+
+# ---- 04.silent_trap: the multiple-choice part, kept out of the installed package ---
+CAUSE_ANSWER = "B"   # a Python number read at capture time becomes a constant of the graph
+
+
+@grading.exercise("04.silent_trap_hidden")
+def silent_trap_hidden(cause) -> None:
+    found = feedback.choice(cause, "CAUSE", TRAP_CAUSES)
+    grading.expect(found == CAUSE_ANSWER, "CAUSE: that is not why the silently wrong captures are wrong",
+                   CAUSE_ANSWER, cause)

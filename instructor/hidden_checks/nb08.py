@@ -5,6 +5,8 @@ two parts have the same max, and empty parts mixed with scores near 300."""
 from __future__ import annotations
 
 from course_kit import grading
+from course_kit.grading.checks import feedback
+from course_kit.grading.checks.nb08 import CHOICES
 from course_kit.grading.checks.nb08 import MERGE_HINT, judge_merge, merge_cases
 
 HIDDEN_CASES = [
@@ -25,3 +27,13 @@ def _cases() -> list[tuple]:
 @grading.exercise("08.merge_states_hidden", cases=_cases, hint=MERGE_HINT)
 def merge_states_hidden(fn) -> None:
     judge_merge(fn, HIDDEN_CASES, _cases())
+
+
+# ---- 08.causal_traffic: the multiple-choice part, kept out of the installed package ---
+CAUSE_ANSWER = "C"   # both counts grow as S squared: see the options in the notebook's task
+
+
+@grading.exercise("08.causal_traffic_hidden")
+def causal_traffic_hidden(cause) -> None:
+    found = feedback.choice(cause, "CAUSE", CHOICES)
+    grading.expect(found == CAUSE_ANSWER, "CAUSE names the wrong reason", CAUSE_ANSWER, cause)

@@ -527,6 +527,9 @@ CULPRIT = "B"    # 64 x^2 passes 65504 at x = 32; softmax subtracts the row max,
 from course_kit import grading
 grading.check("01.overflow_point", PREDICTION, X_AFTER, X_BEFORE, CULPRIT)
 
+# %% {"course_kit": {"exercise": "01.overflow_point", "role": "hidden"}}
+grading.check("01.overflow_point_hidden", CULPRIT)
+
 # %% [markdown]
 # ### Exercise 01.memory: the memory of Qwen2.5-7B
 #

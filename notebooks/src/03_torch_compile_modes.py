@@ -354,6 +354,9 @@ WHY = "A"
 from course_kit import grading
 grading.check("03.recompiles", PREDICTED, PER_CALL, STATIC_TOTAL, WHY)
 
+# %% {"course_kit": {"exercise": "03.recompiles", "role": "hidden"}}
+grading.check("03.recompiles_hidden", WHY)
+
 # %% [markdown]
 # ## Summary
 # - Inductor fuses chains of elementwise operations into one kernel: intermediates stay in registers,

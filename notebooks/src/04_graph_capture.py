@@ -287,6 +287,9 @@ CAUSE = "B"
 # %% {"course_kit": {"exercise": "04.silent_trap", "role": "check"}}
 course_kit.grading.check("04.silent_trap", PREDICTED, MEASURED, CAUSE)
 
+# %% {"course_kit": {"exercise": "04.silent_trap", "role": "hidden"}}
+course_kit.grading.check("04.silent_trap_hidden", CAUSE)
+
 # %% [markdown]
 # ## Summary
 #

@@ -545,6 +545,9 @@ CAUSE = "C"   # GPU busy 10 ms in both; host 7.5 ms < 10 ms; async = 0.75 ms fil
 from course_kit import grading
 grading.check("07.overlap_predict", PREDICTED, IDLE_SYNC, IDLE_ASYNC, BOUND, SPEEDUP, CAUSE)
 
+# %% {"course_kit": {"exercise": "07.overlap_predict", "role": "hidden"}}
+grading.check("07.overlap_predict_hidden", CAUSE)
+
 # %% [markdown]
 # ## Summary
 # - A stream is an ordered queue. Work on one stream is serialised; on several it may overlap, and

@@ -705,6 +705,9 @@ CAUSE = "C"
 # %% {"course_kit": {"exercise": "08.causal_traffic", "role": "check"}}
 grading.check("08.causal_traffic", PREDICTION, TILES, RATIOS, LIMIT, CAUSE)
 
+# %% {"course_kit": {"exercise": "08.causal_traffic", "role": "hidden"}}
+grading.check("08.causal_traffic_hidden", CAUSE)
+
 # %% [markdown]
 # ## Summary
 # - Naive attention materialises `S x S` scores and probabilities: memory and HBM traffic grow as S².

@@ -83,6 +83,16 @@ def expect(condition: bool, what: str, expected: Any, found: Any) -> None:
         raise Wrong(f"{what}: found {_short_repr(found)}", expected=expected)
 
 
+def choice(found: Any, what: str, choices: str = "ABCD") -> str:
+    """A multiple-choice answer, checked for form only: one of the letters (case and spaces do not
+    matter). Which letter is right is a hidden checker's business (registry: `later=`)."""
+    if not (isinstance(found, str) and len(found.strip()) == 1 and found.strip().upper() in choices):
+        raise Wrong(f"{what}: expected one of {', '.join(map(repr, choices))}, found "
+                    f"{found!r}"[:300] if isinstance(found, str) else
+                    f"{what}: expected one of {', '.join(map(repr, choices))}, found {describe(found)}")
+    return found.strip().upper()
+
+
 def number(found: Any, want: float, what: str, rel: float = 1e-9, abs_: float = 0.0) -> None:
     """A real number within `rel` of `want` (and a number at all)."""
     if isinstance(found, bool) or not isinstance(found, (int, float)):

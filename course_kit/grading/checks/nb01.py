@@ -131,8 +131,7 @@ def overflow_points() -> dict:
     return out
 
 
-CULPRITS = ("A", "B", "C", "D")
-CULPRIT = "B"     # the matmul: 64 x^2 passes fp16's max; softmax subtracts the row max, exp never overflows
+CULPRITS = "ABCD"   # which one is right only the hidden checker knows (instructor/hidden_checks/nb01.py)
 
 OVERFLOW_POINT_HINT = """Measure: build q as torch.full((4, 64), x, dtype=torch.float16) and run the
 chain for many x, e.g. every fp16 value (torch.arange over the int16 bit patterns, .view(torch.float16)),
@@ -148,7 +147,7 @@ def _fp16_value(found, what: str) -> float:
     return float(found)
 
 
-@grading.exercise("01.overflow_point", hint=OVERFLOW_POINT_HINT)
+@grading.exercise("01.overflow_point", hint=OVERFLOW_POINT_HINT, later="CULPRIT")
 def overflow_point(prediction, x_after, x_before, culprit) -> None:
     """prediction: {"after": number, "before": number} recorded before measuring (not graded);
     x_after, x_before: the measured overflow points; culprit: a letter."""
@@ -163,10 +162,7 @@ def overflow_point(prediction, x_after, x_before, culprit) -> None:
         if bool(torch.isfinite(out).all()):
             raise grading.Wrong(f"{what}: the chain's output at x = {x:g} is still finite", expected=want[name])
         grading.expect(x == want[name], f"{what}: a smaller fp16 x already gives inf or NaN", want[name], x)
-    if not (isinstance(culprit, str) and culprit.strip().upper() in CULPRITS):
-        raise grading.Wrong(f"CULPRIT: expected one of {', '.join(map(repr, CULPRITS))}, found {culprit!r}"[:200])
-    grading.expect(culprit.strip().upper() == CULPRIT, "CULPRIT names an operation that does not overflow first",
-                   CULPRIT, culprit)
+    feedback.choice(culprit, "CULPRIT", CULPRITS)
 
 
 # ---- 01.memory ----------------------------------------------------------------------------------

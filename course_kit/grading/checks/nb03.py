@@ -75,8 +75,7 @@ def check_fullgraph(answer) -> None:
 # ---- 03.recompiles ------------------------------------------------------------------------------
 
 SHAPES = [(8, 64), (8, 64), (16, 64), (24, 64), (24, 32), (40, 32)]
-WHY_CHOICES = ("A", "B", "C", "D")
-WHY = "A"   # dim 1 changed: automatic dynamic had made only the dimension that had changed (dim 0) symbolic
+WHY_CHOICES = "ABCD"   # which one is right only the hidden checker knows (instructor/hidden_checks/nb03.py)
 
 
 def two_graphs(x: torch.Tensor) -> torch.Tensor:
@@ -107,7 +106,7 @@ def _ints(found, what: str, n: int | None = None) -> list:
     return list(found)
 
 
-@grading.exercise("03.recompiles", hint=RECOMPILE_HINT)
+@grading.exercise("03.recompiles", hint=RECOMPILE_HINT, later="WHY")
 def recompiles(predicted, per_call, static_total, why) -> None:
     """predicted: graphs compiled per call, guessed before measuring (recorded, not graded);
     per_call: measured, automatic dynamic; static_total: measured total with dynamic=False; why: a letter."""
@@ -123,6 +122,4 @@ def recompiles(predicted, per_call, static_total, why) -> None:
     grading.expect(static_total == want["static_total"],
                    "STATIC_TOTAL: that is not the number of graphs dynamic=False compiles", want["static_total"],
                    static_total)
-    if not (isinstance(why, str) and why.strip().upper() in WHY_CHOICES):
-        raise grading.Wrong(f"WHY: expected one of {', '.join(map(repr, WHY_CHOICES))}, found {why!r}"[:200])
-    grading.expect(why.strip().upper() == WHY, "WHY names the wrong reason for call 5's compiles", WHY, why)
+    feedback.choice(why, "WHY", WHY_CHOICES)

@@ -97,8 +97,7 @@ def trap_case() -> Any:
 
 
 STATUSES = ("correct", "silently wrong", "refused", "fails at run")
-TRAP_CAUSES = "ABCD"
-TRAP_CAUSE = "B"    # a Python number read at capture time becomes a constant of the graph
+TRAP_CAUSES = "ABCD"   # which one is right only the hidden checker knows (instructor/hidden_checks/nb04.py)
 
 
 def trap_statuses() -> dict[str, str]:
@@ -133,7 +132,7 @@ export contains where eager reads `self.calls` (print `capture.ir_text(...)`): i
 input of the graph, an operation of it, or something else?"""
 
 
-@grading.exercise("04.silent_trap", hint=TRAP_HINT)
+@grading.exercise("04.silent_trap", hint=TRAP_HINT, later="CAUSE")
 def check_silent_trap(predicted, measured, cause) -> None:
     """predicted, measured: {method: status}; cause: the letter of the explanation."""
     _status_dict(predicted, "PREDICTED (your prediction, recorded but not graded)")
@@ -143,7 +142,4 @@ def check_silent_trap(predicted, measured, cause) -> None:
     if wrong:
         raise grading.Wrong(f"MEASURED: the status of {len(wrong)} of {len(truth)} methods is not what "
                             f"capture.probe measures ({', '.join(wrong)})", expected=truth)
-    if not (isinstance(cause, str) and cause.strip().upper() in TRAP_CAUSES):
-        raise grading.Wrong(f"CAUSE: expected one letter of {list(TRAP_CAUSES)}, found {feedback.describe(cause)}")
-    grading.expect(cause.strip().upper() == TRAP_CAUSE,
-                   "CAUSE: that is not why the silently wrong captures are wrong", TRAP_CAUSE, cause)
+    feedback.choice(cause, "CAUSE", TRAP_CAUSES)

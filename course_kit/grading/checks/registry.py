@@ -12,7 +12,9 @@ A checker is registered with `@exercise(id, hint=..., cases=...)`:
 - `probe="module:function"` (a public function under course_kit.grading.checks) replaces the plain
   calls where an answer needs more than calls (exporting a module, several ranks); it returns data
   and the checker receives a `Probed` holding it;
-- `source=True` passes the learner's submitted source (`source=` keyword) for checks on the text.
+- `source=True` passes the learner's submitted source (`source=` keyword) for checks on the text;
+- `later="CAUSE"` names a part the public checker only checks for form: its answer lives in the
+  hidden checker alone (a multiple-choice letter a learner could otherwise read in this package).
 
 Checkers raise `feedback.Wrong`; public ones live in checks/nbNN.py, hidden ones in the
 instructor's tree (instructor/hidden_checks/), which learners never install.
@@ -40,14 +42,15 @@ class Spec:
     instantiate: bool = False
     probe: str | None = None
     source: bool = False
+    later: str = ""          # what only the instructor's hidden check judges (a multiple-choice letter)
 
 
 SPECS: dict[str, Spec] = {}
 
 
 def exercise(exercise_id: str, *, hint: str = "", cases: Callable[[], list] | None = None,
-             instantiate: bool = False, probe: str | None = None,
-             source: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+             instantiate: bool = False, probe: str | None = None, source: bool = False,
+             later: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the checker of one exercise id (see the module docstring for the arguments)."""
     if not ID.match(exercise_id):
         raise ValueError(f"exercise id {exercise_id!r} must look like 'NN.name'")
@@ -55,7 +58,7 @@ def exercise(exercise_id: str, *, hint: str = "", cases: Callable[[], list] | No
         raise ValueError(f"probe {probe!r} must be a public function under course_kit.grading.checks")
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        SPECS[exercise_id] = Spec(exercise_id, fn, hint.strip(), cases, instantiate, probe, source)
+        SPECS[exercise_id] = Spec(exercise_id, fn, hint.strip(), cases, instantiate, probe, source, later)
         return fn
     return register
 
