@@ -19,7 +19,9 @@ CHOICE_PARTS = [("01.overflow_point", "01_dtypes_and_overflow.py", "CULPRIT"),
                 ("03.recompiles", "03_torch_compile_modes.py", "WHY"),
                 ("04.silent_trap", "04_graph_capture.py", "CAUSE"),
                 ("07.overlap_predict", "07_async_streams.py", "CAUSE"),
-                ("08.causal_traffic", "08_flash_attention.py", "CAUSE")]
+                ("08.causal_traffic", "08_flash_attention.py", "CAUSE"),
+                ("09.interleaved_bubble", "09_parallelism.py", "WHY"),
+                ("10.first_rung", "10_capstone.py", "WHY")]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -35,6 +37,7 @@ def test_the_public_checker_cannot_tell_the_letters_apart(exercise, source, name
     module = importlib.import_module(spec.checker.__module__)
     text = inspect.getsource(module)
     assert "_ANSWER" not in text and f'{name} = "' not in text, "a letter's answer is readable in the package"
+    assert not re.search(r'"[a-dA-D]" is right|\bis [a-dA-D]\b', text), "a comment gives the letter away"
     # the hidden checker is not installed with the package
     assert not (Path(grading.__file__).parent / "checks" / f"hidden_{exercise[:2]}.py").exists()
 
@@ -45,15 +48,15 @@ def test_the_hidden_check_accepts_the_solutions_letter_only(exercise, source, na
     cells = ["".join(c["source"]) for c in nbbuild.build(src, solved=True)["cells"]
              if (c["metadata"].get("course_kit") or {}).get("exercise") == exercise
              and c["metadata"]["course_kit"].get("role") == "solution"]
-    letters = [m for text in cells for m in re.findall(rf'^{name} = "([A-D])"', text, re.M)]
+    letters = [m for text in cells for m in re.findall(rf'^{name} = "([A-Da-d])"', text, re.M)]
     assert len(letters) == 1, letters
     letter = letters[0]
     hidden = f"{exercise}_hidden"
     grading.check(hidden, letter)
-    grading.check(hidden, f" {letter.lower()} ")               # case and spaces do not matter
-    for other in sorted(set("ABCD") - {letter}):
+    grading.check(hidden, f" {letter.swapcase()} ")            # case and spaces do not matter
+    for other in sorted(set("abcd" if letter.islower() else "ABCD") - {letter}):
         msg = fails(hidden, other, says=name)
-        assert f"'{letter}'" not in msg                          # the right letter is not given away
+        assert f"'{letter}'" not in msg and f"'{letter.swapcase()}'" not in msg   # not given away
     fails(hidden, "E", says=f"{name}: expected one of")
     fails(hidden, 3, says=f"{name}: expected one of")
 

@@ -229,7 +229,7 @@ def test_traffic_types_and_a_missing_prediction_are_named():
     _fails("08.causal_traffic", *_traffic(prediction=None), says="PREDICTION must be recorded")
     _fails("08.causal_traffic", *_traffic(prediction={"tiles": 271}), says="PREDICTION must be recorded")
     _fails("08.causal_traffic", *_traffic(prediction={"tiles": "271", "doubling": "B"}), says="must be an int")
-    _fails("08.causal_traffic", *_traffic(prediction={"tiles": 271, "doubling": "E"}), says="one of 'A'")
+    _fails("08.causal_traffic", *_traffic(prediction={"tiles": 271, "doubling": "E"}), says="one of the letters 'A'")
     _fails("08.causal_traffic", *_traffic(tiles=271.0), says="expected an int, found a value of type float")
     _fails("08.causal_traffic", *_traffic(tiles=torch.tensor(271)), says="expected an int, found a tensor")
     _fails("08.causal_traffic", *_traffic(ratios=_answers()["ratios"][:3]), says="a list of 4 numbers")

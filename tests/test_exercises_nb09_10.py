@@ -152,9 +152,6 @@ def test_09_interleaved_bubble_near_misses_fail():
     msg = _fails("09.interleaved_bubble", 0.2, bubble, schedules.peak_in_flight(plain, 0), "a", says="PEAK_RANK0")
     assert not _shows(msg, peak)
     _fails("09.interleaved_bubble", 0.2, bubble, peak + 0.5, "a", says="PEAK_RANK0")
-    for wrong in "bcd":
-        msg = _fails("09.interleaved_bubble", 0.2, bubble, peak, wrong, says="WHY")
-        assert "'a'" not in msg and '"a"' not in msg
     _fails("09.interleaved_bubble", 0.2, bubble, peak, "e", says="one of the letters")
     _fails("09.interleaved_bubble", None, bubble, peak, "a", says="PREDICTED_BUBBLE")
     _fails("09.interleaved_bubble", 0.2, torch.tensor(bubble), peak, "a", says="expected a finite number")
@@ -223,9 +220,6 @@ def test_10_first_rung_near_misses_fail(rung):
     assert str(eng) not in msg.replace(str(eng + 1), "")
     _fails("10.first_rung", 40, hf, eng - 1, "a", says="ENGINE_STEPS")
     _fails("10.first_rung", 40, hf, float(eng), "a", says="expected an int")
-    for wrong in "bcd":
-        msg = _fails("10.first_rung", 40, hf, eng, wrong, says="WHY")
-        assert "'a'" not in msg and '"a"' not in msg
     _fails("10.first_rung", 40, hf, eng, 1, says="one of the letters")
     _fails("10.first_rung", None, hf, eng, "a", says="PREDICTED_ENGINE_STEPS")
 

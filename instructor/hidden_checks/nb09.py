@@ -4,7 +4,8 @@ beside shards of two, an input of one feature, and many token dimensions."""
 from __future__ import annotations
 
 from course_kit import grading
-from course_kit.grading.checks.nb09 import COLUMN_HINT, column_cases, judge_column_backward
+from course_kit.grading.checks import feedback
+from course_kit.grading.checks.nb09 import WHY_CHOICES, COLUMN_HINT, column_cases, judge_column_backward
 
 # (leading shape of the tokens, in features, out features, ranks)
 HIDDEN_SHAPES = [((3, 1, 2), 1, 9, 8), ((6,), 12, 11, 8), ((1,), 7, 6, 5), ((2, 5), 24, 40, 8)]
@@ -17,3 +18,13 @@ def _cases() -> list[tuple]:
 @grading.exercise("09.column_backward_hidden", cases=_cases, hint=COLUMN_HINT)
 def column_backward_hidden(fn) -> None:
     judge_column_backward(fn, _cases())
+
+
+# ---- 09.interleaved_bubble: the multiple-choice part, kept out of the installed package ---
+WHY_ANSWER = "a"   # the fill and drain take 1/v of the time; the useful work stays the same
+
+
+@grading.exercise("09.interleaved_bubble_hidden")
+def interleaved_bubble_hidden(why) -> None:
+    found = feedback.choice(why, "WHY", WHY_CHOICES)
+    grading.expect(found == WHY_ANSWER, "WHY: that is not why interleaving shrinks the bubble here", WHY_ANSWER, why)

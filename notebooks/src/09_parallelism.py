@@ -661,6 +661,9 @@ WHY = "a"
 from course_kit import grading
 grading.check("09.interleaved_bubble", PREDICTED_BUBBLE, BUBBLE, PEAK_RANK0, WHY)
 
+# %% {"course_kit": {"exercise": "09.interleaved_bubble", "role": "hidden"}}
+grading.check("09.interleaved_bubble_hidden", WHY)
+
 # %% [markdown]
 # ## Summary
 # - Data parallelism replicates the model and all-reduces gradients: equal to DDP, one all-reduce

@@ -238,6 +238,9 @@ WHY = "a"
 from course_kit import grading
 grading.check("10.first_rung", PREDICTED_ENGINE_STEPS, HF_FORWARDS, ENGINE_STEPS, WHY)
 
+# %% {"course_kit": {"exercise": "10.first_rung", "role": "hidden"}}
+grading.check("10.first_rung_hidden", WHY)
+
 
 # %% [markdown]
 # ## Summary

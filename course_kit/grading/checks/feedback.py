@@ -83,14 +83,16 @@ def expect(condition: bool, what: str, expected: Any, found: Any) -> None:
         raise Wrong(f"{what}: found {_short_repr(found)}", expected=expected)
 
 
-def choice(found: Any, what: str, choices: str = "ABCD") -> str:
-    """A multiple-choice answer, checked for form only: one of the letters (case and spaces do not
-    matter). Which letter is right is a hidden checker's business (registry: `later=`)."""
-    if not (isinstance(found, str) and len(found.strip()) == 1 and found.strip().upper() in choices):
-        raise Wrong(f"{what}: expected one of {', '.join(map(repr, choices))}, found "
-                    f"{found!r}"[:300] if isinstance(found, str) else
-                    f"{what}: expected one of {', '.join(map(repr, choices))}, found {describe(found)}")
-    return found.strip().upper()
+def choice(found: Any, what: str, choices: Any = "ABCD") -> str:
+    """A multiple-choice answer, checked for form only: one of the letters (`choices`: a string of
+    letters or a dict keyed by them; case and spaces do not matter), returned in the choices' case.
+    Which letter is right is a hidden checker's business (registry: `later=`)."""
+    letters = "".join(choices)
+    key = found.strip().upper() if isinstance(found, str) else ""
+    if len(key) != 1 or key not in letters.upper():
+        shown = repr(found)[:60] if isinstance(found, str) else describe(found)
+        raise Wrong(f"{what}: expected one of the letters {', '.join(map(repr, letters))}, found {shown}")
+    return key if letters.isupper() else key.lower()
 
 
 def number(found: Any, want: float, what: str, rel: float = 1e-9, abs_: float = 0.0) -> None:

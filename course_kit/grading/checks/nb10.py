@@ -16,7 +16,7 @@ from course_kit.grading.checks import feedback
 RUNG_WORKLOAD = {"prompt_lens": [12, 30, 7, 22, 16, 9, 28, 5], "new_tokens": [3, 40, 6, 33, 2, 38, 5, 30],
                  "batch": 4, "options": {"policy": "continuous", "max_num_seqs": 4, "max_num_batched_tokens": 64}}
 
-# The reasons offered in the notebook; "a" is right.
+# The reasons offered in the notebook (which one is right only instructor/hidden_checks/nb10.py knows).
 RUNG_CHOICES = {
     "a": "a static batch runs until its longest request is done, so the slots of finished requests "
          "compute padding and the next requests wait for the whole batch to end",
@@ -74,7 +74,7 @@ NEW_TOKENS, 4). The engine: add every request, then call engine.step() until
 engine.has_unfinished() is False, counting. For the why: look at what each static batch waits for."""
 
 
-@grading.exercise("10.first_rung", hint=RUNG_HINT)
+@grading.exercise("10.first_rung", hint=RUNG_HINT, later="WHY")
 def first_rung(predicted, hf, engine, why) -> None:
     """predicted: PREDICTED_ENGINE_STEPS (recorded, not graded); hf: HF_FORWARDS; engine: ENGINE_STEPS;
     why: a letter."""
@@ -87,7 +87,4 @@ def first_rung(predicted, hf, engine, why) -> None:
     if _int(engine, "ENGINE_STEPS") != want_engine:
         raise grading.Wrong("ENGINE_STEPS: that is not the number of steps the engine takes on this workload",
                             expected=want_engine)
-    if not isinstance(why, str) or why.strip().lower() not in RUNG_CHOICES:
-        raise grading.Wrong(f"WHY: expected one of the letters {sorted(RUNG_CHOICES)}, found {feedback.describe(why)}")
-    if why.strip().lower() != "a":
-        raise grading.Wrong("WHY: that is not why the engine needs fewer forward passes here", expected="a")
+    feedback.choice(why, "WHY", RUNG_CHOICES)
