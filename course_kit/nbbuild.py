@@ -187,10 +187,7 @@ def exercise_task(nb: dict, index: int, exercise_id: str) -> str:
 
 
 def _release_notebook():
-    try:
-        from .grading.release import release_notebook
-    except ImportError:   # the instructor tools may move under grading/instructor/
-        from .grading.instructor.release import release_notebook
+    from .grading.instructor.release import release_notebook
     return release_notebook
 
 
@@ -198,7 +195,7 @@ def learner(solved: dict) -> dict:
     """The learner's build from the solved one: each solution region becomes a stub raising
     NotImplementedError("Exercise NN.name: task"), hidden cells go, and exercise and check cells are
     tagged `raises-exception` (nbval accepts their error; every other cell must run clean)."""
-    from .grading import cells as ex_cells
+    from .grading.instructor import cells as ex_cells
     tasks = {ex_cells.meta(c)["exercise"]: exercise_task(solved, i, ex_cells.meta(c)["exercise"])
              for i, c in enumerate(solved["cells"]) if ex_cells.role(c) == "solution"}
     out, _ = _release_notebook()(solved, keep_solutions=False)
@@ -235,7 +232,7 @@ def ci_notebook(src: Path) -> dict:
     the first exercise (tests/test_nbbuild.py checks it), so this runs every cell of both builds while
     running the long shared part once. Hidden checks are left to the grader, whose checkers live in
     the instructor's tree (the grading tests grade the solved build)."""
-    from .grading import cells as ex_cells
+    from .grading.instructor import cells as ex_cells
     solved, learn = build_solved(src), build(src)
     start = first_exercise(solved)
     if start is None:

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 
 from course_kit import grading
-from course_kit.grading import cells, release
+from course_kit.grading.instructor import cells, release
 from course_kit.grading.instructor import cli
 
 from grading_fixtures import NAME, instructor_notebook, write_course

@@ -9,9 +9,8 @@ When grading (the sandbox sets COURSE_KIT_GRADE), `check` decides nothing: it wr
 data for the grader, whose checkers run in another process where no learner code ever ran.
 
 Layout: `checks/` holds the checkers and their machinery (they may use lesson code as an oracle);
-`instructor/` holds the tools (release, grade, sandbox), which never import lessons. `release.py`
-and `cells.py` here re-export the instructor's release_notebook and cell helpers under their old
-names (nbbuild builds the learner's notebooks with them).
+`instructor/` holds the tools (release, grade, sandbox), which never import lessons; nbbuild
+builds the learner's notebooks with the instructor's release_notebook and cell helpers.
 """
 from __future__ import annotations
 
