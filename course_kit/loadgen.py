@@ -14,15 +14,14 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from .narrate import ratio_words, speed
+from .traces import trace_path
 
 # data/traces/ (as engine.trace has it; not imported from there so that load-client processes
 # start without importing torch)
-TRACES_DIR = Path(__file__).resolve().parents[1] / "data" / "traces"
 
 
 @dataclass(frozen=True)
@@ -35,13 +34,7 @@ class Planned:
 
 def trace_lengths(name: str) -> list[tuple[int, int]]:
     """The (prompt_len, output_len) pairs of a trace in data/traces/ (a name or a path)."""
-    path = Path(name)
-    if not path.exists():
-        path = TRACES_DIR / (path.name if path.suffix else f"{path.name}.jsonl")
-    if not path.exists():
-        known = sorted(p.stem for p in TRACES_DIR.glob("*.jsonl"))
-        raise ValueError(f"no trace {name!r}; known traces: {known}")
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in trace_path(name).read_text().splitlines() if line.strip()]
     return [(int(r["prompt_len"]), int(r["output_len"])) for r in rows]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-TRACES_DIR = Path(__file__).resolve().parents[2] / "data" / "traces"
+from ..traces import trace_path
 
 
 @dataclass
@@ -51,12 +51,7 @@ def synthetic(n: int, prompt_len: tuple[int, int], output_len: tuple[int, int], 
 def load(path: str | Path, vocab_size: int, seed: int = 0, limit: int | None = None,
          time_scale: float = 1.0) -> list[TraceRequest]:
     """Read a trace (a path, or a name in data/traces/) into requests with seeded prompts."""
-    path = Path(path)
-    if not path.exists():
-        path = TRACES_DIR / (path.name if path.suffix else f"{path.name}.jsonl")
-    if not path.exists():
-        known = sorted(p.stem for p in TRACES_DIR.glob("*.jsonl"))
-        raise ValueError(f"no trace {str(path)!r}; known traces: {known}")
+    path = trace_path(path)
     rng = np.random.default_rng(seed)
     out = []
     for i, line in enumerate(path.read_text().splitlines()):

@@ -18,7 +18,7 @@ The explainers word only what these numbers show, and say "unknown" where the re
 from __future__ import annotations
 
 import statistics
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from ..narrate import speed
 from . import schedules
@@ -77,42 +77,40 @@ def handoff_delays(events: Sequence[Mapping]) -> dict[str, list[float]]:
     """Per direction ("forward", "backward"): for each message whose receiver was idle and waiting,
     the time from the end of the sender's step to the start of the receiver's step."""
     _check(events)
+    end = {(e["rank"], e["kind"], e["mb"]): e["end"] for e in events}
+    out: dict[str, list[float]] = {"forward": [], "backward": []}
+    for e, dep in _awaited_messages(events):
+        out["forward" if e["kind"] == "F" else "backward"].append(e["start"] - end[dep])
+    return out
+
+
+def _awaited_messages(events: Sequence[Mapping]) -> Iterator[tuple[Mapping, tuple]]:
+    """(step, the step on another rank it needs) for every step whose rank was free before that
+    step's message could come: the receiver waited for the message."""
     by = _by_rank(events)
     p = max(by) + 1
     end = {(e["rank"], e["kind"], e["mb"]): e["end"] for e in events}
-    out: dict[str, list[float]] = {"forward": [], "backward": []}
     for r, evs in by.items():
         for j, e in enumerate(evs):
             dep = _dep(e, p)
             if dep is None or dep[0] == r or dep not in end:
                 continue
             ready = evs[j - 1]["end"] if j else float("-inf")
-            if end[dep] >= ready:       # the receiver was free before the message could come
-                out["forward" if e["kind"] == "F" else "backward"].append(e["start"] - end[dep])
-    return out
+            if end[dep] >= ready:
+                yield e, dep
 
 
 def late_by_a_step(events: Sequence[Mapping]) -> float:
     """Fraction of messages that reached an idle receiver only after the sender had finished its
     *next* step as well (a message held back until the sender's next step)."""
-    by = _by_rank(events)
-    p = max(by) + 1
     nxt: dict[tuple[int, str, int], float] = {}
-    for r, evs in by.items():
+    for r, evs in _by_rank(events).items():
         for a, b in zip(evs, evs[1:]):
             nxt[(r, a["kind"], a["mb"])] = b["end"]
-    end = {(e["rank"], e["kind"], e["mb"]): e["end"] for e in events}
-    late = total = 0
-    for r, evs in by.items():
-        for j, e in enumerate(evs):
-            dep = _dep(e, p)
-            if dep is None or dep[0] == r or dep not in nxt:
-                continue
-            ready = evs[j - 1]["end"] if j else float("-inf")
-            if end[dep] >= ready:
-                total += 1
-                late += e["start"] >= nxt[dep]
-    return late / total if total else 0.0
+    # a sender's last step has no next step: its messages cannot be late by one
+    awaited = [(e, dep) for e, dep in _awaited_messages(events) if dep in nxt]
+    late = sum(e["start"] >= nxt[dep] for e, dep in awaited)
+    return late / len(awaited) if awaited else 0.0
 
 
 def bubble_parts(events: Sequence[Mapping]) -> dict:
