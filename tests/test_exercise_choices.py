@@ -38,8 +38,11 @@ def test_the_public_checker_cannot_tell_the_letters_apart(exercise, source, name
     text = inspect.getsource(module)
     assert "_ANSWER" not in text and f'{name} = "' not in text, "a letter's answer is readable in the package"
     assert not re.search(r'"[a-dA-D]" is right|\bis [a-dA-D]\b', text), "a comment gives the letter away"
-    # the hidden checker is not installed with the package
-    assert not (Path(grading.__file__).parent / "checks" / f"hidden_{exercise[:2]}.py").exists()
+    # its hidden counterpart is defined in the instructor's tree, outside the installed package
+    hidden = registry.get(f"{exercise}_hidden").checker
+    where = Path(inspect.getsourcefile(hidden)).resolve()
+    assert where.parent == (Path(nbbuild.PROJECT) / "instructor" / "hidden_checks").resolve()
+    assert Path(grading.__file__).resolve().parents[1] not in where.parents
 
 
 @pytest.mark.parametrize("exercise, source, name", CHOICE_PARTS)
