@@ -66,6 +66,27 @@ def test_interpreter_both_loaders_head_dims_gqa_causal(loader, head_dim):
     _check_against_float64(q, k, v, True, torch.bfloat16, loader=loader, block_m=32, block_n=16)
 
 
+
+@pytest.mark.parametrize("desc", [triton_flash.POINTER, triton_flash.DEVICE_DESC, triton_flash.HOST_DESC])
+@pytest.mark.parametrize("warp_spec", [False, True])
+def test_interpreter_every_loader_kind_on_a_strided_layout(desc, warp_spec):
+    """Each way of loading tiles, on q/k/v that are [B, S, H, D] tensors seen as [B, H, S, D]
+    (what a model's projections give): the host's 4-D descriptor must follow those strides."""
+    if torch.cuda.is_available():
+        pytest.skip("covered by the gpu test on a CUDA machine")
+    if desc == triton_flash.HOST_DESC and triton_flash.TensorDescriptor is None:
+        pytest.skip("this triton has no host tensor descriptors")
+    if desc == triton_flash.DEVICE_DESC and not triton_flash.HAS_DESCRIPTORS:
+        pytest.skip("this triton has no tensor descriptors")
+    if warp_spec and not triton_flash.HAS_WARP_SPECIALIZE:
+        pytest.skip("this triton has no warp-specialised loops")
+    g = torch.Generator().manual_seed(desc)
+    q, k, v = (torch.randn(2, 50, h, 32, generator=g).bfloat16().transpose(1, 2) for h in (4, 2, 2))
+    for causal in (True, False):
+        out, lse = triton_flash.launch_forward(q, k, v, causal=causal, scale=None, desc=desc, warp_spec=warp_spec)
+        ref = reference_attention(q, k, v, causal=causal)
+        assert (out.double() - ref).abs().max().item() <= TOL[torch.bfloat16]
+
 def test_errors_name_the_bad_value():
     q = torch.randn(1, 2, 8, 48).half()
     with pytest.raises(ValueError, match="head dim must be one of"):
@@ -137,6 +158,21 @@ def test_interpreter_backward_matches_float64_like_sdpa(case):
         pytest.skip("covered by the gpu test on a CUDA machine")
     _check_backward(*case, device="cpu", seed=sum(case[:6]))
 
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_interpreter_backward_random_shapes(seed):
+    """Ragged and whole-block lengths, Sq above and below Sk, GQA: every phase of the backward's
+    loops (diagonal, whole blocks, ragged tail) is reached with the interpreter's 16/32 blocks."""
+    if torch.cuda.is_available():
+        pytest.skip("covered by the gpu test on a CUDA machine")
+    g = torch.Generator().manual_seed(100 + seed)
+    r = lambda lo, hi: int(torch.randint(lo, hi + 1, (1,), generator=g))  # noqa: E731
+    hkv = r(1, 2)
+    sq = (32, 64, r(1, 90))[seed % 3]
+    sk = sq if seed % 2 else r(1, 90)
+    _check_backward(r(1, 2), hkv * r(1, 2), hkv, sq, sk, (16, 32, 64)[seed % 3], bool(seed % 4),
+                    (torch.bfloat16, torch.float16)[seed % 2], device="cpu", seed=seed)
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", [(2, 8, 2, 1000, 1000, 128, True, torch.bfloat16),

@@ -18,6 +18,7 @@ shapes).
 """
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
@@ -38,6 +39,16 @@ LOADERS = ("auto", "pointer", "descriptor")
 
 # Device-side TMA descriptors arrived with Triton 3.3/3.4; older Tritons (Colab) use plain pointers.
 HAS_DESCRIPTORS = hasattr(tl, "make_tensor_descriptor")
+try:   # host-side descriptors: built once per launch on the CPU, not once per program on the GPU
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:   # pragma: no cover - Tritons before 3.4
+    TensorDescriptor = None
+# warp specialisation of a loop (producer warps issue the TMA loads, consumers compute) is asked for
+# with tl.range(..., warp_specialize=True), which Tritons before 3.4 do not have
+HAS_WARP_SPECIALIZE = "warp_specialize" in inspect.signature(tl.range.__init__).parameters
+
+# How K/V (and Q) tiles are loaded, the kernel's USE_DESC constexpr:
+POINTER, DEVICE_DESC, HOST_DESC = 0, 1, 2
 
 
 if HAS_DESCRIPTORS:
@@ -56,60 +67,90 @@ else:
 
 
 @triton.jit
-def _flash_attend_blocks(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, lo, hi, offs_m, offs_d,
-                         stride_ks, stride_vs, seq_k, qk_scale,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
-                         CAUSAL: tl.constexpr, USE_DESC: tl.constexpr, DOT_F32: tl.constexpr):
+def _load_tile(ptrs, desc, off_b, off_h, row, rows_valid,
+               BLOCK_R: tl.constexpr, HEAD_DIM: tl.constexpr, USE_DESC: tl.constexpr, MASKED: tl.constexpr):
+    """One [BLOCK_R, HEAD_DIM] tile starting at sequence row `row`.
+
+    POINTER: plain loads from `ptrs`, masked past `rows_valid` when MASKED. DEVICE_DESC: a per-(batch,
+    head) 2-D descriptor. HOST_DESC: one 4-D [B, H, S, D] descriptor built on the host, indexed by
+    (batch, head). TMA zero-fills rows past the sequence either way, so descriptors need no mask.
+    """
+    if USE_DESC == 2:
+        return desc.load([off_b, off_h, row, 0]).reshape(BLOCK_R, HEAD_DIM)
+    elif USE_DESC == 1:
+        return desc.load([row, 0])
+    elif MASKED:
+        return tl.load(ptrs, mask=rows_valid[:, None], other=0.0)
+    else:
+        return tl.load(ptrs)
+
+
+@triton.jit
+def _fold_key_block(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, off_b, off_kvh, start_n, offs_m,
+                    offs_d, stride_ks, stride_vs, seq_k, qk_scale,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                    MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_DESC: tl.constexpr, DOT_F32: tl.constexpr):
+    """Fold the key block at `start_n` into the running (acc, l_i, m_i) of one query block."""
+    start_n = tl.multiple_of(start_n, BLOCK_N)
+    # -- load K and V for this block (TMA: one instruction per tile, zero-filled past seq_k) ------
+    rows = start_n + tl.arange(0, BLOCK_N)
+    k = _load_tile(k_base + rows[:, None] * stride_ks + offs_d[None, :], k_desc, off_b, off_kvh, start_n,
+                   rows < seq_k, BLOCK_N, HEAD_DIM, USE_DESC, MASKED)
+    v = _load_tile(v_base + rows[:, None] * stride_vs + offs_d[None, :], v_desc, off_b, off_kvh, start_n,
+                   rows < seq_k, BLOCK_N, HEAD_DIM, USE_DESC, MASKED)
+    # -- scores, in float32 on the tensor cores -------------------------------------------------
+    qk = mma(q, tl.trans(k), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), DOT_F32)
+    # -- online softmax in base 2: qk_scale already holds softmax_scale * log2(e) ---------------
+    if MASKED:
+        keep = rows[None, :] < seq_k
+        if CAUSAL:
+            keep = keep & (rows[None, :] <= offs_m[:, None])
+        # -inf never meets -inf here: the first masked block holds key 0, which every row may
+        # see, or an unmasked block already ran, so m_i is finite before any all-masked row.
+        return online_softmax_fold(acc, l_i, m_i, qk, keep, v, qk_scale, True, DOT_F32)
+    else:
+        return online_softmax_fold(acc, l_i, m_i, qk, None, v, qk_scale, False, DOT_F32)
+
+
+@triton.jit
+def _flash_attend_blocks(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, off_b, off_kvh, lo, hi, offs_m,
+                         offs_d, stride_ks, stride_vs, seq_k, qk_scale,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                         MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_DESC: tl.constexpr,
+                         WARP_SPEC: tl.constexpr, DOT_F32: tl.constexpr):
     """Fold key blocks [lo, hi) into the running (acc, l_i, m_i) of one query block.
 
     MASKED=False is the hot loop: every key in range is valid for every query, so no comparisons
     and no bounds checks are spent. MASKED=True handles the few blocks that straddle the causal
     diagonal or the ragged end of the sequence. The softmax itself is `online_softmax_fold`
-    (triton_softmax.py), shared with the engine's paged kernels.
+    (triton_softmax.py), shared with the engine's paged kernels. WARP_SPEC asks Triton to give the
+    loads to producer warps and the arithmetic to the others.
     """
-    offs_n = tl.arange(0, BLOCK_N)
-    for start_n in range(lo, hi, BLOCK_N):
-        start_n = tl.multiple_of(start_n, BLOCK_N)
-        # -- load K and V for this block ------------------------------------------------------
-        if USE_DESC:
-            # TMA: one instruction copies the whole tile to shared memory; rows past seq_k read 0
-            k = k_desc.load([start_n, 0])
-            v = v_desc.load([start_n, 0])
-        else:
-            k_ptrs = k_base + (start_n + offs_n)[:, None] * stride_ks + offs_d[None, :]
-            v_ptrs = v_base + (start_n + offs_n)[:, None] * stride_vs + offs_d[None, :]
-            if MASKED:
-                in_range = (start_n + offs_n)[:, None] < seq_k
-                k = tl.load(k_ptrs, mask=in_range, other=0.0)
-                v = tl.load(v_ptrs, mask=in_range, other=0.0)
-            else:
-                k = tl.load(k_ptrs)
-                v = tl.load(v_ptrs)
-        # -- scores, in float32 on the tensor cores ---------------------------------------------
-        qk = mma(q, tl.trans(k), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), DOT_F32)
-        # -- online softmax in base 2: qk_scale already holds softmax_scale * log2(e) -----------
-        if MASKED:
-            keep = (start_n + offs_n)[None, :] < seq_k
-            if CAUSAL:
-                keep = keep & ((start_n + offs_n)[None, :] <= offs_m[:, None])
-            # -inf never meets -inf here: the first masked block holds key 0, which every row may
-            # see, or an unmasked block already ran, so m_i is finite before any all-masked row.
-            acc, l_i, m_i = online_softmax_fold(acc, l_i, m_i, qk, keep, v, qk_scale, True, DOT_F32)
-        else:
-            acc, l_i, m_i = online_softmax_fold(acc, l_i, m_i, qk, None, v, qk_scale, False, DOT_F32)
+    if WARP_SPEC:
+        for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=True):
+            acc, l_i, m_i = _fold_key_block(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, off_b, off_kvh,
+                                            start_n, offs_m, offs_d, stride_ks, stride_vs, seq_k, qk_scale,
+                                            BLOCK_M, BLOCK_N, HEAD_DIM, MASKED, CAUSAL, USE_DESC, DOT_F32)
+    else:
+        for start_n in range(lo, hi, BLOCK_N):
+            acc, l_i, m_i = _fold_key_block(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, off_b, off_kvh,
+                                            start_n, offs_m, offs_d, stride_ks, stride_vs, seq_k, qk_scale,
+                                            BLOCK_M, BLOCK_N, HEAD_DIM, MASKED, CAUSAL, USE_DESC, DOT_F32)
     return acc, l_i, m_i
 
 
 @triton.jit
-def _flash_fwd_kernel(Q, K, V, O, LSE,
+def _flash_fwd_kernel(Q, K, V, O, LSE, Q_DESC, K_DESC, V_DESC,
                       stride_qb, stride_qh, stride_qs,
                       stride_kb, stride_kh, stride_ks,
                       stride_vb, stride_vh, stride_vs,
                       stride_ob, stride_oh, stride_os,
                       n_q_heads, group, seq_q, seq_k, qk_scale, seq_bucket, bh_bucket,
                       HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      CAUSAL: tl.constexpr, USE_DESC: tl.constexpr, DOT_F32: tl.constexpr):
-    # (seq_bucket and bh_bucket are not read here: they are the autotuner's keys)
+                      CAUSAL: tl.constexpr, USE_DESC: tl.constexpr, WARP_SPEC: tl.constexpr,
+                      DOT_F32: tl.constexpr):
+    # (seq_bucket and bh_bucket are not read here: they are the autotuner's keys; Q_DESC, K_DESC and
+    # V_DESC are the host's 4-D descriptors when USE_DESC == HOST_DESC, unused placeholders otherwise)
     # -- which tile am I? -----------------------------------------------------------------------
     # Under a causal mask, query block i does i+1 blocks of work. Launching the last (heaviest)
     # blocks first lets the light ones fill the gaps at the end instead of leaving a long tail.
@@ -132,18 +173,17 @@ def _flash_fwd_kernel(Q, K, V, O, LSE,
     offs_d = tl.arange(0, HEAD_DIM)
 
     # -- load the query block once; it stays in registers for the whole key loop --------------
-    if USE_DESC:
+    if USE_DESC == 1:
         # Descriptors per (batch, head) with the true sequence length as their shape: TMA then
         # zero-fills rows past the end, so ragged lengths need no masks on the loads.
-        q_desc = _tensor_desc(q_base, seq_q, stride_qs, BLOCK_M, HEAD_DIM)
         k_desc = _tensor_desc(k_base, seq_k, stride_ks, BLOCK_N, HEAD_DIM)
         v_desc = _tensor_desc(v_base, seq_k, stride_vs, BLOCK_N, HEAD_DIM)
-        q = q_desc.load([start_m * BLOCK_M, 0])
+        q = _tensor_desc(q_base, seq_q, stride_qs, BLOCK_M, HEAD_DIM).load([start_m * BLOCK_M, 0])
     else:
-        k_desc = K        # unused placeholders so both variants call the helper the same way
-        v_desc = V
-        q = tl.load(q_base + offs_m[:, None] * stride_qs + offs_d[None, :],
-                    mask=offs_m[:, None] < seq_q, other=0.0)
+        k_desc = K_DESC   # the host's descriptors, or unused placeholders for the pointer loader
+        v_desc = V_DESC
+        q = _load_tile(q_base + offs_m[:, None] * stride_qs + offs_d[None, :], Q_DESC, off_b, off_h,
+                       start_m * BLOCK_M, offs_m < seq_q, BLOCK_M, HEAD_DIM, USE_DESC, True)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -160,12 +200,12 @@ def _flash_fwd_kernel(Q, K, V, O, LSE,
         full_end = seq_k
     full_end = (full_end // BLOCK_N) * BLOCK_N          # whole blocks only; the rest is masked
 
-    acc, l_i, m_i = _flash_attend_blocks(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, 0, full_end,
-                                         offs_m, offs_d, stride_ks, stride_vs, seq_k, qk_scale,
-                                         BLOCK_M, BLOCK_N, False, CAUSAL, USE_DESC, DOT_F32)
-    acc, l_i, m_i = _flash_attend_blocks(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, full_end, kv_end,
-                                         offs_m, offs_d, stride_ks, stride_vs, seq_k, qk_scale,
-                                         BLOCK_M, BLOCK_N, True, CAUSAL, USE_DESC, DOT_F32)
+    acc, l_i, m_i = _flash_attend_blocks(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, off_b, off_kvh,
+                                         0, full_end, offs_m, offs_d, stride_ks, stride_vs, seq_k, qk_scale,
+                                         BLOCK_M, BLOCK_N, HEAD_DIM, False, CAUSAL, USE_DESC, WARP_SPEC, DOT_F32)
+    acc, l_i, m_i = _flash_attend_blocks(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, off_b, off_kvh,
+                                         full_end, kv_end, offs_m, offs_d, stride_ks, stride_vs, seq_k, qk_scale,
+                                         BLOCK_M, BLOCK_N, HEAD_DIM, True, CAUSAL, USE_DESC, False, DOT_F32)
 
     # -- epilogue: normalise once, store the rows that exist -----------------------------------
     acc = acc / l_i[:, None]
@@ -217,10 +257,28 @@ def bh_bucket(batch_heads: int) -> int:
     return min(triton.next_power_of_2(max(1, batch_heads)), 256)
 
 
-_flash_fwd_tuned = triton.autotune(configs=_CONFIGS, key=["seq_bucket", "bh_bucket", "HEAD_DIM", "CAUSAL", "USE_DESC"],
+def _set_host_blocks(nargs: dict) -> None:
+    """Autotune pre-hook: a host descriptor's tile shape must match the config being tried."""
+    if TensorDescriptor is not None and isinstance(nargs.get("Q_DESC"), TensorDescriptor):
+        d = nargs["HEAD_DIM"]
+        nargs["Q_DESC"].block_shape = [1, 1, nargs["BLOCK_M"], d]
+        nargs["K_DESC"].block_shape = [1, 1, nargs["BLOCK_N"], d]
+        nargs["V_DESC"].block_shape = [1, 1, nargs["BLOCK_N"], d]
+
+
+for _config in _CONFIGS:
+    _config.pre_hook = _set_host_blocks
+
+_flash_fwd_tuned = triton.autotune(configs=_CONFIGS,
+                                   key=["seq_bucket", "bh_bucket", "HEAD_DIM", "CAUSAL", "USE_DESC", "WARP_SPEC"],
                                    prune_configs_by={"early_config_prune": _prune_configs})(_flash_fwd_kernel)
 
 _descriptor_failed: str | None = None   # set when a descriptor launch fails, so "auto" stops trying
+
+# Which descriptors "descriptor" means, and whether the hot loop is warp-specialised: chosen by
+# measurement on the reference H200 (see `course-kit bench attention`, data/reference/h200).
+DESCRIPTOR_KIND = "host" if TensorDescriptor is not None else "device"
+WARP_SPECIALIZE = False
 
 
 def _tma_alloc(size: int, alignment: int, stream: int | None) -> torch.Tensor:
@@ -236,8 +294,8 @@ def descriptor_usable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tupl
     if not q.is_cuda or (_device.current_capability() or (0, 0)) < (9, 0):
         return False, "TMA needs a Hopper-class GPU (sm_90+)"
     for name, t in (("q", q), ("k", k), ("v", v)):
-        # TMA wants 16-byte aligned bases and row strides
-        if t.data_ptr() % 16 or (t.stride(2) * t.element_size()) % 16:
+        # TMA wants 16-byte aligned bases and strides (every dim but the last, which is 1)
+        if t.data_ptr() % 16 or any((t.stride(i) * t.element_size()) % 16 for i in range(3)):
             return False, f"{name} is not 16-byte aligned for TMA"
     return True, "ok"
 
@@ -278,6 +336,37 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         raise ValueError(f"loader must be one of {LOADERS}; got {loader!r}")
     if (block_m is None) != (block_n is None):
         raise ValueError(f"give both block_m and block_n or neither; got {block_m}, {block_n}")
+    usable, reason = descriptor_usable(q, k, v)
+    if loader == "descriptor" and not usable:
+        raise ValueError(f"loader='descriptor' is not available here: {reason}")
+    use_desc = loader == "descriptor" or (loader == "auto" and usable and q.is_cuda and _descriptor_failed is None)
+    desc = (HOST_DESC if DESCRIPTOR_KIND == "host" else DEVICE_DESC) if use_desc else POINTER
+    pin = None
+    if block_m is not None:
+        # the same launch settings as the matching autotune config
+        pin = {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": 8 if block_m >= 128 else 4,
+               "num_stages": 3 if block_m >= 128 else 2}
+    warp_spec = WARP_SPECIALIZE and HAS_WARP_SPECIALIZE and desc != POINTER and not interpreting()
+    if desc != POINTER and loader == "auto":
+        try:
+            out, lse = launch_forward(q, k, v, causal=causal, scale=scale, desc=desc, warp_spec=warp_spec, config=pin)
+        except Exception as exc:  # noqa: BLE001 - any compile/launch failure: fall back for good
+            _descriptor_failed = f"{type(exc).__name__}: {exc}"[:300]
+            out, lse = launch_forward(q, k, v, causal=causal, scale=scale, desc=POINTER, config=pin)
+    else:
+        out, lse = launch_forward(q, k, v, causal=causal, scale=scale, desc=desc, warp_spec=warp_spec, config=pin)
+    return (out, lse) if return_lse else out
+
+
+def launch_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float | None,
+                   desc: int = POINTER, warp_spec: bool = False,
+                   config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One launch of the forward kernel with a loader (POINTER, DEVICE_DESC, HOST_DESC) chosen.
+
+    config pins BLOCK_M, BLOCK_N, num_warps, num_stages (and optionally maxnreg) instead of
+    autotuning; the interpreter always runs one small fixed config. `flash_attention` checks the
+    arguments and picks the loader; the bench's tuning sweep calls this directly.
+    """
     # the kernel assumes unit stride along the head dim (vectorised loads, TMA's last dim)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     batch, n_q_heads, seq_q, head_dim = q.shape
@@ -287,50 +376,40 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         raise ValueError(f"scale must be > 0; got {scale}")
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty((batch, n_q_heads, seq_q), dtype=torch.float32, device=q.device)
-
-    usable, reason = descriptor_usable(q, k, v)
-    if loader == "descriptor" and not usable:
-        raise ValueError(f"loader='descriptor' is not available here: {reason}")
-    use_desc = loader == "descriptor" or (loader == "auto" and usable and q.is_cuda and _descriptor_failed is None)
-
-    args = (q, k, v, out, lse,
+    if interpreting():
+        config = {"BLOCK_M": _INTERPRETER_BLOCKS[0], "BLOCK_N": _INTERPRETER_BLOCKS[1], "num_warps": 4,
+                  "num_stages": 2}
+    descs = (q, k, v)        # placeholders unless the host builds descriptors
+    if desc == HOST_DESC:
+        # one 4-D [B, H, S, D] descriptor per tensor; its tile is [1, 1, rows, D], set per config
+        descs = tuple(TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, 16, head_dim]) for t in (q, k, v))
+    elif desc == DEVICE_DESC and q.is_cuda and hasattr(triton, "set_allocator"):
+        triton.set_allocator(_tma_alloc)   # device-side descriptors live in a scratch buffer
+    args = (q, k, v, out, lse, *descs,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
             n_q_heads, n_q_heads // k.shape[1], seq_q, seq_k, scale * LOG2E,
             seq_bucket(max(seq_q, seq_k)), bh_bucket(batch * n_q_heads))
-
-    def launch(desc: bool) -> None:
-        if desc and q.is_cuda and hasattr(triton, "set_allocator"):
-            triton.set_allocator(_tma_alloc)   # device-side descriptors live in a scratch buffer
-        if interpreting() or block_m is not None:
-            bm, bn = (block_m, block_n) if block_m is not None else _INTERPRETER_BLOCKS
-            grid = (triton.cdiv(seq_q, bm), batch * n_q_heads)
-            _flash_fwd_kernel[grid](*args, HEAD_DIM=head_dim, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal,
-                                    USE_DESC=desc, DOT_F32=interpreting(),
-                                    # the same launch settings as the matching autotune config
-                                    num_warps=8 if bm >= 128 else 4, num_stages=3 if bm >= 128 else 2)
-        else:
-            grid = lambda meta: (triton.cdiv(seq_q, meta["BLOCK_M"]), batch * n_q_heads)  # noqa: E731
-            _flash_fwd_tuned[grid](*args, HEAD_DIM=head_dim, CAUSAL=causal, USE_DESC=desc,
-                             DOT_F32=False)
-
-    if use_desc and loader == "auto":
-        try:
-            launch(True)
-        except Exception as exc:  # noqa: BLE001 - any compile/launch failure: fall back for good
-            _descriptor_failed = f"{type(exc).__name__}: {exc}"[:300]
-            launch(False)
+    flags = dict(HEAD_DIM=head_dim, CAUSAL=causal, USE_DESC=desc, WARP_SPEC=warp_spec, DOT_F32=interpreting())
+    if config is not None:
+        blocks = {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"]}
+        _set_host_blocks({"Q_DESC": descs[0], "K_DESC": descs[1], "V_DESC": descs[2], "HEAD_DIM": head_dim, **blocks})
+        launch = {k: config[k] for k in ("num_warps", "num_stages", "maxnreg") if config.get(k)}
+        grid = (triton.cdiv(seq_q, config["BLOCK_M"]), batch * n_q_heads)
+        _flash_fwd_kernel[grid](*args, **flags, **blocks, **launch)
     else:
-        launch(use_desc)
-    return (out, lse) if return_lse else out
+        grid = lambda meta: (triton.cdiv(seq_q, meta["BLOCK_M"]), batch * n_q_heads)  # noqa: E731
+        _flash_fwd_tuned[grid](*args, **flags)
+    return out, lse
 
 
 def chosen_config(causal: bool, head_dim: int, loader: str = "pointer", seq_len: int = 4096,
                   batch_heads: int = 64) -> dict | None:
     """The autotuner's pick for these flags and shape (None before any autotuned GPU run)."""
-    wanted = (seq_bucket(seq_len), bh_bucket(batch_heads), head_dim, causal, loader == "descriptor")
+    desc = (HOST_DESC if DESCRIPTOR_KIND == "host" else DEVICE_DESC) if loader == "descriptor" else POINTER
+    wanted = (seq_bucket(seq_len), bh_bucket(batch_heads), head_dim, causal, desc)
     for key, cfg in getattr(_flash_fwd_tuned, "cache", {}).items():
-        # the key is (seq_bucket, bh_bucket, HEAD_DIM, CAUSAL, USE_DESC, then the arguments' dtypes)
+        # the key is (seq_bucket, bh_bucket, HEAD_DIM, CAUSAL, USE_DESC, WARP_SPEC, then dtypes)
         if tuple(key[:5]) == wanted:
             return {**cfg.kwargs, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     return None
