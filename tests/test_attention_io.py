@@ -249,8 +249,35 @@ def test_explain_fastest_and_backward():
     assert "rate at S = 256 is **sdpa flash**" in text and "5.00x slower than sdpa flash" in text
     assert "naive reached" not in explain.explain_fastest({"naive": 3.0})
     bwd = explain.explain_backward({"triton fwd+bwd": 100.0, "sdpa flash fwd+bwd": 200.0})
-    assert "2.00x slower than FlashAttention-2's" in bwd
-    assert "faster than" in explain.explain_backward({"triton fwd+bwd": 300.0, "sdpa flash fwd+bwd": 200.0})
+    assert "2.00x slower than FlashAttention-2's" in bwd and "plain" not in bwd
+    fast = explain.explain_backward({"triton fwd+bwd": 300.0, "sdpa flash fwd+bwd": 200.0, "sdpa cudnn fwd+bwd": 400.0})
+    assert "1.50x faster than FlashAttention-2's" in fast and "cuDNN's run 1.33x faster than the course's" in fast
+
+
+def test_explain_sweep_both_ways():
+    from course_kit.benchmarks.attention import sweep_against_flash
+
+    def row(variant, s, tflops, graph_tflops, causal=True):
+        return {"variant": variant, "batch": 4, "heads": 16, "seq_len": s, "head_dim": 128, "causal": causal,
+                "median_s": 1.0 / tflops, "tflops": tflops, "graph_median_s": 1.0 / graph_tflops,
+                "graph_tflops": graph_tflops}
+    # ahead everywhere, per call and in graphs
+    ahead = sweep_against_flash([row("triton", 4096, 500, 510), row("sdpa flash", 4096, 300, 310),
+                                 row("triton (TMA)", 512, 90, 200), row("sdpa flash", 512, 80, 150)])
+    text = explain.explain_sweep(ahead)
+    assert "never slower than SDPA flash at any of the 2 shapes" in text and "never slower than flash either" in text
+    assert ahead["sweep_min_over_flash_graph"]["seq_len"] == 512
+    # behind per call at a short, host-bound shape, ahead in GPU time
+    host = sweep_against_flash([row("triton", 4096, 500, 510), row("sdpa flash", 4096, 300, 310),
+                                row("triton", 512, 40, 200), row("sdpa flash", 512, 80, 150)])
+    text = explain.explain_sweep(host)
+    assert "slower than flash at 1 of 2 shapes (S = 512, D = 128, causal: 2.00x slower than flash" in text
+    assert "5.0x its GPU time, so the host's launch" in text and "never slower than SDPA flash" in text
+    # behind in GPU time too, and not host-bound: no cause invented
+    slow = sweep_against_flash([row("triton", 4096, 200, 205), row("sdpa flash", 4096, 300, 310, )])
+    text = explain.explain_sweep(slow)
+    assert "slower than SDPA flash at 1 of 1 shapes" in text and "host's launch" not in text
+    assert "no sweep" in explain.explain_sweep({})
 
 
 def test_explain_roofline_sides():
@@ -314,3 +341,14 @@ def test_notebook_08_guards_every_triton_use():
                 unguarded.append(line.strip())
     assert not unguarded, f"Triton used outside `if ok_triton:` in notebook 08: {unguarded}"
     assert "ok_triton, why_triton = availability.triton_status()" in src
+
+
+def test_explain_steps_both_ways():
+    steps = [{"step": "pointer", "tflops": 400.0}, {"step": "host TMA", "tflops": 480.0},
+             {"step": "fewer stages", "tflops": 380.0}, {"step": "warp-specialised", "error": "failed"}]
+    text = explain.explain_steps(steps, {"SDPA flash": 300.0, "cuDNN": 600.0})
+    assert "**host TMA**: 480 TFLOP/s, 1.20x faster than the step before" in text
+    assert "**fewer stages**: 380 TFLOP/s, 1.26x slower than the step before" in text
+    assert "Not timed here: warp-specialised" in text
+    assert "The best step (host TMA) runs 1.60x faster than SDPA flash and 1.25x slower than cuDNN" in text
+    assert "need a Hopper" in explain.explain_steps([{"step": "x", "error": "no TMA"}], {})

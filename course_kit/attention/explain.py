@@ -161,8 +161,48 @@ def explain_backward(tflops: Mapping[str, float]) -> str:
         f"**{name}** {v:.0f} TFLOP/s" for name, v in tflops.items()) + "."
     t, f = tflops.get("triton fwd+bwd"), tflops.get("sdpa flash fwd+bwd")
     if t and f:
-        text += f" The course's plain Triton backward runs {narrate.rate(t, f)} FlashAttention-2's."
+        text += f" The course's Triton forward and backward together run {narrate.rate(t, f)} FlashAttention-2's."
+    c = tflops.get("sdpa cudnn fwd+bwd")
+    if t and c:
+        text += f" cuDNN's run {narrate.rate(c, t)} the course's."
     return text
+
+
+def explain_sweep(summary: Mapping, host_bound_at: float = 1.5) -> str:
+    """The best Triton variant against SDPA flash across the sweep: in GPU time (CUDA graph
+    replays) and per call, and, where a call loses, whether the host's launch set its pace (a call
+    taking `host_bound_at` times or more its GPU time)."""
+    rows = summary.get("sweep_over_flash") or []
+    if not rows:
+        return "The record has no sweep of Triton against SDPA flash."
+
+    def shape(r: Mapping) -> str:
+        return f"S = {r['seq_len']}, D = {r['head_dim']}, {'causal' if r['causal'] else 'not causal'}"
+    parts = []
+    graphs = [r for r in rows if r.get("graph")]
+    if graphs:
+        low = min(graphs, key=lambda r: r["graph"])
+        behind = [r for r in graphs if r["graph"] < 1 - narrate.SAME_WITHIN]
+        parts.append(f"In GPU time (CUDA graph replays, no host in the loop) the Triton kernel was "
+                     f"{'never slower than' if not behind else f'slower than SDPA flash at {len(behind)} of'} "
+                     f"{'SDPA flash at any of the ' if not behind else ''}{len(graphs)} shapes of the sweep; "
+                     f"its closest call is {shape(low)}, where it runs {narrate.ratio_words(low['graph'])} flash")
+    behind = [r for r in rows if r["per_call"] < 1 - narrate.SAME_WITHIN]
+    if not behind:
+        parts.append(f"per call, host launch included, it was never slower than flash either ({len(rows)} shapes)")
+    else:
+        named = []
+        for r in sorted(behind, key=lambda r: (r["seq_len"], r["head_dim"])):
+            words = f"{shape(r)}: {narrate.ratio_words(r['per_call'])} flash"
+            call_over_gpu = r.get("call_over_graph")
+            if call_over_gpu and call_over_gpu >= host_bound_at:
+                words += (f", a call taking {call_over_gpu:.1f}x its GPU time, so the host's launch, "
+                          "not the kernel, set the pace")
+            named.append(words)
+        parts.append(f"per call, host launch included, it was slower than flash at {len(behind)} of "
+                     f"{len(rows)} shapes ({'; '.join(named)})")
+    text = "; ".join(parts) + "."
+    return text[0].upper() + text[1:]
 
 
 def explain_roofline(points: Sequence[Mapping], ridge: float) -> str:
@@ -193,3 +233,24 @@ def explain_xformers(ok: bool, why: str, times: Mapping[str, float] | None = Non
     x = times["xformers"]
     others = "; ".join(f"{narrate.speed(x, t)} **{name}**" for name, t in times.items() if name != "xformers")
     return f"xFormers ({why}) took **{x * 1e3:.3g} ms**: " + (others or "no peer was timed beside it") + "."
+
+
+def explain_steps(steps: Sequence[Mapping], peers: Mapping[str, float | None]) -> str:
+    """The forward's steps (bench attention's STEPS), each against the step before, the last
+    against the peers of the same run (name -> TFLOP/s at the acceptance shape)."""
+    timed = [s for s in steps if s.get("tflops")]
+    if not timed:
+        return "No step of the forward was timed (they need a Hopper GPU with TMA)."
+    parts = [f"**{timed[0]['step']}**: {timed[0]['tflops']:.0f} TFLOP/s"]
+    for before, step in zip(timed, timed[1:]):
+        parts.append(f"**{step['step']}**: {step['tflops']:.0f} TFLOP/s, "
+                     f"{narrate.rate(step['tflops'], before['tflops'])} the step before")
+    text = "; ".join(parts) + "."
+    failed = [s["step"] for s in steps if not s.get("tflops")]
+    if failed:
+        text += f" Not timed here: {', '.join(failed)}."
+    best = max(timed, key=lambda s: s["tflops"])
+    against = [f"{narrate.rate(best['tflops'], v)} {name}" for name, v in peers.items() if v]
+    if against:
+        text += f" The best step ({best['step']}) runs " + " and ".join(against) + "."
+    return text

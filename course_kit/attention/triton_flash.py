@@ -18,7 +18,6 @@ shapes).
 """
 from __future__ import annotations
 
-import inspect
 import math
 
 import torch
@@ -43,9 +42,6 @@ try:   # host-side descriptors: built once per launch on the CPU, not once per p
     from triton.tools.tensor_descriptor import TensorDescriptor
 except ImportError:   # pragma: no cover - Tritons before 3.4
     TensorDescriptor = None
-# warp specialisation of a loop (producer warps issue the TMA loads, consumers compute) is asked for
-# with tl.range(..., warp_specialize=True), which Tritons before 3.4 do not have
-HAS_WARP_SPECIALIZE = "warp_specialize" in inspect.signature(tl.range.__init__).parameters
 
 # How K/V (and Q) tiles are loaded, the kernel's USE_DESC constexpr:
 POINTER, DEVICE_DESC, HOST_DESC = 0, 1, 2
@@ -116,26 +112,18 @@ def _fold_key_block(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, off_b, off
 def _flash_attend_blocks(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, off_b, off_kvh, lo, hi, offs_m,
                          offs_d, stride_ks, stride_vs, seq_k, qk_scale,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                         MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_DESC: tl.constexpr,
-                         WARP_SPEC: tl.constexpr, DOT_F32: tl.constexpr):
+                         MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_DESC: tl.constexpr, DOT_F32: tl.constexpr):
     """Fold key blocks [lo, hi) into the running (acc, l_i, m_i) of one query block.
 
     MASKED=False is the hot loop: every key in range is valid for every query, so no comparisons
     and no bounds checks are spent. MASKED=True handles the few blocks that straddle the causal
     diagonal or the ragged end of the sequence. The softmax itself is `online_softmax_fold`
-    (triton_softmax.py), shared with the engine's paged kernels. WARP_SPEC asks Triton to give the
-    loads to producer warps and the arithmetic to the others.
+    (triton_softmax.py), shared with the engine's paged kernels.
     """
-    if WARP_SPEC:
-        for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=True):
-            acc, l_i, m_i = _fold_key_block(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, off_b, off_kvh,
-                                            start_n, offs_m, offs_d, stride_ks, stride_vs, seq_k, qk_scale,
-                                            BLOCK_M, BLOCK_N, HEAD_DIM, MASKED, CAUSAL, USE_DESC, DOT_F32)
-    else:
-        for start_n in range(lo, hi, BLOCK_N):
-            acc, l_i, m_i = _fold_key_block(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, off_b, off_kvh,
-                                            start_n, offs_m, offs_d, stride_ks, stride_vs, seq_k, qk_scale,
-                                            BLOCK_M, BLOCK_N, HEAD_DIM, MASKED, CAUSAL, USE_DESC, DOT_F32)
+    for start_n in range(lo, hi, BLOCK_N):
+        acc, l_i, m_i = _fold_key_block(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, off_b, off_kvh,
+                                        start_n, offs_m, offs_d, stride_ks, stride_vs, seq_k, qk_scale,
+                                        BLOCK_M, BLOCK_N, HEAD_DIM, MASKED, CAUSAL, USE_DESC, DOT_F32)
     return acc, l_i, m_i
 
 
@@ -147,8 +135,7 @@ def _flash_fwd_kernel(Q, K, V, O, LSE, Q_DESC, K_DESC, V_DESC,
                       stride_ob, stride_oh, stride_os,
                       n_q_heads, group, seq_q, seq_k, qk_scale, seq_bucket, bh_bucket,
                       HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      CAUSAL: tl.constexpr, USE_DESC: tl.constexpr, WARP_SPEC: tl.constexpr,
-                      DOT_F32: tl.constexpr):
+                      CAUSAL: tl.constexpr, USE_DESC: tl.constexpr, DOT_F32: tl.constexpr):
     # (seq_bucket and bh_bucket are not read here: they are the autotuner's keys; Q_DESC, K_DESC and
     # V_DESC are the host's 4-D descriptors when USE_DESC == HOST_DESC, unused placeholders otherwise)
     # -- which tile am I? -----------------------------------------------------------------------
@@ -202,10 +189,10 @@ def _flash_fwd_kernel(Q, K, V, O, LSE, Q_DESC, K_DESC, V_DESC,
 
     acc, l_i, m_i = _flash_attend_blocks(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, off_b, off_kvh,
                                          0, full_end, offs_m, offs_d, stride_ks, stride_vs, seq_k, qk_scale,
-                                         BLOCK_M, BLOCK_N, HEAD_DIM, False, CAUSAL, USE_DESC, WARP_SPEC, DOT_F32)
+                                         BLOCK_M, BLOCK_N, HEAD_DIM, False, CAUSAL, USE_DESC, DOT_F32)
     acc, l_i, m_i = _flash_attend_blocks(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, off_b, off_kvh,
                                          full_end, kv_end, offs_m, offs_d, stride_ks, stride_vs, seq_k, qk_scale,
-                                         BLOCK_M, BLOCK_N, HEAD_DIM, True, CAUSAL, USE_DESC, False, DOT_F32)
+                                         BLOCK_M, BLOCK_N, HEAD_DIM, True, CAUSAL, USE_DESC, DOT_F32)
 
     # -- epilogue: normalise once, store the rows that exist -----------------------------------
     acc = acc / l_i[:, None]
@@ -217,33 +204,33 @@ def _flash_fwd_kernel(Q, K, V, O, LSE, Q_DESC, K_DESC, V_DESC,
 
 
 # -- launch configurations -----------------------------------------------------------------------
-# BLOCK_M=128 with 8 warps gives two Hopper warpgroups of 64 rows each for wgmma; BLOCK_N 64/128
-# trades registers for fewer loop trips; 3-4 stages keep the next K/V tiles in flight while the
-# current one is multiplied. The small configs are there for GPUs with less shared memory (T4) and
-# head_dim 64; configs that do not fit are dropped by the autotuner.
+# Measured on the reference H200 (data/reference/h200/logs/attn-tune-*-s6.json, B4 H16 S4096 D128
+# causal): a 4-warp program of 64 query rows with 64-key tiles, three tiles in flight (two such
+# programs share an SM), beat 8 warps over 128 rows (two Hopper warpgroups): 516 against 497
+# TFLOP/s. Fewer stages starve the tensor cores (388); 128-key tiles spill or overflow shared
+# memory. The 8-warp configs win at the longest sequences, so the autotuner keeps both. The
+# 64 x 32 config is for GPUs with little shared memory (a T4 has 64 KiB per SM); configs that do
+# not fit are dropped by the autotuner.
 _CONFIGS = [
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=8, num_stages=3),
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=8, num_stages=4),
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_warps=8, num_stages=3),
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=3),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=3),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=3),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4, num_stages=2),
 ]
+_HOPPER_CONFIGS = 3              # the first three: what sm_90 and newer try
 _INTERPRETER_BLOCKS = (32, 32)   # one fixed config: autotuning the interpreter would be very slow
+# Host descriptors cost host time on every launch (the CPU encodes three TMA descriptors), device
+# descriptors cost GPU time in every program (each builds its own). Measured: below 4096 keys the
+# launch is short enough that the host's cost shows, so device descriptors were faster there.
+HOST_DESCRIPTORS_FROM = 4096
 
 
 def _prune_configs(configs, named_args, **kwargs):
-    """Every config compiles and is timed once per key, so try only the plausible ones.
-
-    Hopper and newer have the shared memory and the warpgroup MMA that want BLOCK_M=128 over two
-    warpgroups (8 warps; with 4 warps a 128 x 128 fp32 accumulator spills registers). Short
-    sequences also try BLOCK_M=64, whose twice as many programs fill the SMs better. Older or
-    smaller GPUs (a T4 has 64 KiB of shared memory per SM) keep every config.
-    """
+    """Every config compiles and is timed once per key, so try only the plausible ones: Hopper and
+    newer keep the three measured there; older or smaller GPUs keep every config."""
     if (_device.current_capability() or (0, 0)) >= (9, 0):     # the emulated GPU's under COURSE_KIT_EMULATE
-        short = named_args.get("seq_bucket", 0) <= 2048
-        return [c for c in configs if (c.kwargs["BLOCK_M"] == 128 and c.num_warps == 8)
-                or (short and c.kwargs["BLOCK_M"] == 64 and c.kwargs["BLOCK_N"] == 64)]
+        return configs[:_HOPPER_CONFIGS]
     return configs
 
 
@@ -269,16 +256,13 @@ def _set_host_blocks(nargs: dict) -> None:
 for _config in _CONFIGS:
     _config.pre_hook = _set_host_blocks
 
-_flash_fwd_tuned = triton.autotune(configs=_CONFIGS,
-                                   key=["seq_bucket", "bh_bucket", "HEAD_DIM", "CAUSAL", "USE_DESC", "WARP_SPEC"],
+_flash_fwd_tuned = triton.autotune(configs=_CONFIGS, key=["seq_bucket", "bh_bucket", "HEAD_DIM", "CAUSAL", "USE_DESC"],
                                    prune_configs_by={"early_config_prune": _prune_configs})(_flash_fwd_kernel)
+# The autotuner's pick per key, kept here so that later calls launch the kernel directly: the
+# autotuner's own dispatch costs host time on every call, which short launches cannot hide.
+_chosen: dict[tuple, dict] = {}
 
 _descriptor_failed: str | None = None   # set when a descriptor launch fails, so "auto" stops trying
-
-# Which descriptors "descriptor" means, and whether the hot loop is warp-specialised: chosen by
-# measurement on the reference H200 (see `course-kit bench attention`, data/reference/h200).
-DESCRIPTOR_KIND = "host" if TensorDescriptor is not None else "device"
-WARP_SPECIALIZE = False
 
 
 def _tma_alloc(size: int, alignment: int, stream: int | None) -> torch.Tensor:
@@ -298,6 +282,13 @@ def descriptor_usable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tupl
         if t.data_ptr() % 16 or any((t.stride(i) * t.element_size()) % 16 for i in range(3)):
             return False, f"{name} is not 16-byte aligned for TMA"
     return True, "ok"
+
+
+def descriptor_kind(seq_len: int) -> int:
+    """HOST_DESC or DEVICE_DESC for loader="descriptor" at this length (see HOST_DESCRIPTORS_FROM)."""
+    if TensorDescriptor is None or seq_len < HOST_DESCRIPTORS_FROM:
+        return DEVICE_DESC
+    return HOST_DESC
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -336,36 +327,37 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         raise ValueError(f"loader must be one of {LOADERS}; got {loader!r}")
     if (block_m is None) != (block_n is None):
         raise ValueError(f"give both block_m and block_n or neither; got {block_m}, {block_n}")
-    usable, reason = descriptor_usable(q, k, v)
-    if loader == "descriptor" and not usable:
-        raise ValueError(f"loader='descriptor' is not available here: {reason}")
-    use_desc = loader == "descriptor" or (loader == "auto" and usable and q.is_cuda and _descriptor_failed is None)
-    desc = (HOST_DESC if DESCRIPTOR_KIND == "host" else DEVICE_DESC) if use_desc else POINTER
+    if loader == "pointer":
+        use_desc = False
+    else:
+        usable, reason = descriptor_usable(q, k, v)
+        if loader == "descriptor" and not usable:
+            raise ValueError(f"loader='descriptor' is not available here: {reason}")
+        use_desc = loader == "descriptor" or (usable and q.is_cuda and _descriptor_failed is None)
+    desc = descriptor_kind(max(q.shape[2], k.shape[2])) if use_desc else POINTER
     pin = None
     if block_m is not None:
         # the same launch settings as the matching autotune config
         pin = {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": 8 if block_m >= 128 else 4,
                "num_stages": 3 if block_m >= 128 else 2}
-    warp_spec = WARP_SPECIALIZE and HAS_WARP_SPECIALIZE and desc != POINTER and not interpreting()
     if desc != POINTER and loader == "auto":
         try:
-            out, lse = launch_forward(q, k, v, causal=causal, scale=scale, desc=desc, warp_spec=warp_spec, config=pin)
+            out, lse = launch_forward(q, k, v, causal=causal, scale=scale, desc=desc, config=pin)
         except Exception as exc:  # noqa: BLE001 - any compile/launch failure: fall back for good
             _descriptor_failed = f"{type(exc).__name__}: {exc}"[:300]
             out, lse = launch_forward(q, k, v, causal=causal, scale=scale, desc=POINTER, config=pin)
     else:
-        out, lse = launch_forward(q, k, v, causal=causal, scale=scale, desc=desc, warp_spec=warp_spec, config=pin)
+        out, lse = launch_forward(q, k, v, causal=causal, scale=scale, desc=desc, config=pin)
     return (out, lse) if return_lse else out
 
 
 def launch_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float | None,
-                   desc: int = POINTER, warp_spec: bool = False,
-                   config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   desc: int = POINTER, config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One launch of the forward kernel with a loader (POINTER, DEVICE_DESC, HOST_DESC) chosen.
 
     config pins BLOCK_M, BLOCK_N, num_warps, num_stages (and optionally maxnreg) instead of
     autotuning; the interpreter always runs one small fixed config. `flash_attention` checks the
-    arguments and picks the loader; the bench's tuning sweep calls this directly.
+    arguments and picks the loader; scripts/attn_tune.py calls this directly.
     """
     # the kernel assumes unit stride along the head dim (vectorised loads, TMA's last dim)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
@@ -376,7 +368,8 @@ def launch_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal:
         raise ValueError(f"scale must be > 0; got {scale}")
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty((batch, n_q_heads, seq_q), dtype=torch.float32, device=q.device)
-    if interpreting():
+    interp = interpreting()
+    if interp:
         config = {"BLOCK_M": _INTERPRETER_BLOCKS[0], "BLOCK_N": _INTERPRETER_BLOCKS[1], "num_warps": 4,
                   "num_stages": 2}
     descs = (q, k, v)        # placeholders unless the host builds descriptors
@@ -385,12 +378,15 @@ def launch_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal:
         descs = tuple(TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, 16, head_dim]) for t in (q, k, v))
     elif desc == DEVICE_DESC and q.is_cuda and hasattr(triton, "set_allocator"):
         triton.set_allocator(_tma_alloc)   # device-side descriptors live in a scratch buffer
+    buckets = (seq_bucket(max(seq_q, seq_k)), bh_bucket(batch * n_q_heads))
     args = (q, k, v, out, lse, *descs,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
-            n_q_heads, n_q_heads // k.shape[1], seq_q, seq_k, scale * LOG2E,
-            seq_bucket(max(seq_q, seq_k)), bh_bucket(batch * n_q_heads))
-    flags = dict(HEAD_DIM=head_dim, CAUSAL=causal, USE_DESC=desc, WARP_SPEC=warp_spec, DOT_F32=interpreting())
+            n_q_heads, n_q_heads // k.shape[1], seq_q, seq_k, scale * LOG2E, *buckets)
+    flags = dict(HEAD_DIM=head_dim, CAUSAL=causal, USE_DESC=desc, DOT_F32=interp)
+    key = (*buckets, head_dim, causal, desc, q.dtype, q.device)
+    if config is None:
+        config = _chosen.get(key)
     if config is not None:
         blocks = {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"]}
         _set_host_blocks({"Q_DESC": descs[0], "K_DESC": descs[1], "V_DESC": descs[2], "HEAD_DIM": head_dim, **blocks})
@@ -400,16 +396,18 @@ def launch_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal:
     else:
         grid = lambda meta: (triton.cdiv(seq_q, meta["BLOCK_M"]), batch * n_q_heads)  # noqa: E731
         _flash_fwd_tuned[grid](*args, **flags)
+        best = getattr(_flash_fwd_tuned, "best_config", None)
+        if best is not None:
+            _chosen[key] = {**best.kwargs, "num_warps": best.num_warps, "num_stages": best.num_stages}
     return out, lse
 
 
 def chosen_config(causal: bool, head_dim: int, loader: str = "pointer", seq_len: int = 4096,
                   batch_heads: int = 64) -> dict | None:
     """The autotuner's pick for these flags and shape (None before any autotuned GPU run)."""
-    desc = (HOST_DESC if DESCRIPTOR_KIND == "host" else DEVICE_DESC) if loader == "descriptor" else POINTER
-    wanted = (seq_bucket(seq_len), bh_bucket(batch_heads), head_dim, causal, desc)
-    for key, cfg in getattr(_flash_fwd_tuned, "cache", {}).items():
-        # the key is (seq_bucket, bh_bucket, HEAD_DIM, CAUSAL, USE_DESC, WARP_SPEC, then dtypes)
-        if tuple(key[:5]) == wanted:
-            return {**cfg.kwargs, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+    desc = descriptor_kind(seq_len) if loader == "descriptor" else POINTER
+    for key, cfg in _chosen.items():
+        # the key is (seq_bucket, bh_bucket, HEAD_DIM, CAUSAL, USE_DESC, dtype, device)
+        if tuple(key[:5]) == (seq_bucket(seq_len), bh_bucket(batch_heads), head_dim, causal, desc):
+            return dict(cfg)
     return None

@@ -103,7 +103,7 @@ def _rows(rows: Iterable[Mapping], **where) -> list[Mapping]:
 
 def time_memory_figure(rows: Iterable[Mapping], head_dim: int = 128, title: str = "") -> go.Figure:
     """Median time and peak memory against sequence length, one line per variant (log-log)."""
-    rows = _rows(rows, head_dim=head_dim)
+    rows = _rows(rows, head_dim=head_dim, causal=True)
     fig = make_subplots(rows=1, cols=2, subplot_titles=("time per forward (ms)", "peak memory (MiB)"))
     for name in dict.fromkeys(r["variant"] for r in rows):
         pts = sorted((r for r in rows if r["variant"] == name), key=lambda r: r["seq_len"])
@@ -115,7 +115,30 @@ def time_memory_figure(rows: Iterable[Mapping], head_dim: int = 128, title: str 
                         legendgroup=name, showlegend=False, line=dict(color=colour), row=1, col=2)
     fig.update_xaxes(type="log", title_text="sequence length S", dtick=0.30103)
     fig.update_yaxes(type="log")
-    fig.update_layout(height=420, title=title or f"Attention forward, head dim {head_dim}")
+    fig.update_layout(height=420, title=title or f"Attention forward, causal, head dim {head_dim}")
+    return fig
+
+
+def sweep_figure(sweep: Iterable[Mapping], title: str = "") -> go.Figure:
+    """The best Triton variant over SDPA flash against S: one line per (head dim, causal), solid
+    for GPU time (CUDA graph replays), dotted for a call with its host launch; 1.0 is parity."""
+    fig = go.Figure()
+    groups: dict[tuple, list[Mapping]] = {}
+    for r in sweep:
+        groups.setdefault((r["head_dim"], r["causal"]), []).append(r)
+    for (d, causal), pts in sorted(groups.items()):
+        pts = sorted(pts, key=lambda r: r["seq_len"])
+        label = f"D={d}, {'causal' if causal else 'not causal'}"
+        graph = [r for r in pts if r.get("graph")]
+        if graph:
+            fig.add_scatter(x=[r["seq_len"] for r in graph], y=[r["graph"] for r in graph], mode="lines+markers",
+                            name=f"{label}: GPU time", legendgroup=label)
+        fig.add_scatter(x=[r["seq_len"] for r in pts], y=[r["per_call"] for r in pts], mode="lines+markers",
+                        line=dict(dash="dot"), name=f"{label}: per call", legendgroup=label)
+    fig.add_hline(y=1.0, line_dash="dash", annotation_text="as fast as SDPA flash")
+    fig.update_xaxes(type="log", title_text="sequence length S", dtick=0.30103)
+    fig.update_yaxes(title_text="Triton / SDPA flash (TFLOP/s)")
+    fig.update_layout(height=420, title=title or "Triton flash forward against SDPA flash across the sweep")
     return fig
 
 

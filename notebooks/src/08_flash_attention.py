@@ -326,23 +326,25 @@ widgets.show(explorer.widget, explorer.tiles_figure, "the tiles explorer")
 # ## 4. A flash-attention kernel in Triton
 #
 # The Triton kernel is the same algorithm with one program per (query block, batch x head). Its
-# comments explain the choices made for speed on a GPU (section 6 measures what they give):
+# comments explain the choices made for speed on a GPU (section 6 measures what they give, one
+# step at a time):
 # - the query block is loaded **once** and stays in registers; K and V stream through shared memory,
-#   with **3-4 pipeline stages** so the next tiles load while the current one is multiplied;
-#   on Hopper they are loaded by **TMA** (tensor-memory-accelerator descriptors) where Triton has them;
+#   with **pipeline stages** so the next tiles load while the current one is multiplied;
+#   on Hopper they are loaded by **TMA** (the tensor memory accelerator), through descriptors that
+#   each program builds for itself or, for long sequences, that the host builds once per launch;
 # - both matmuls run on **tensor cores** in bf16/fp16 with float32 accumulation;
 # - softmax uses **`exp2`**, with `log₂e` folded into the scale (`eˣ = 2^(x·log₂e)`), one FMA per score;
 # - causal work is split into an **unmasked** loop and a short **masked** one, and the heaviest
 #   query blocks are launched first;
 # - K/V heads are shared by groups of query heads (**GQA**), by index arithmetic only;
-# - a short **autotune** list (BLOCK_M = 128, BLOCK_N = 64/128, 8 warps, 3-4 stages on Hopper;
-#   BLOCK_M = 64 too for short sequences) is tried once per (length, batch x heads, head dim,
-#   causal, loader) bucket. Under the interpreter one fixed configuration is used.
+# - a short **autotune** list (on Hopper: 64 query rows over 4 warps, or 128 over 8, three tiles in
+#   flight) is tried once per (length, batch x heads, head dim, causal, loader) bucket, and the
+#   pick is then launched directly. Under the interpreter one fixed configuration is used.
 
 # %%
 if ok_triton:
     show_source(triton_softmax.online_softmax_fold.fn)
-    show_lines(triton_flash._flash_attend_blocks.fn, "offs_n = tl.arange(0, BLOCK_N)", "return acc, l_i, m_i")
+    show_source(triton_flash._fold_key_block.fn)
 else:
     print(f"Skipped (Triton cannot run here): {why_triton}")
 
@@ -393,9 +395,11 @@ if checks:
 # Training needs gradients. The forward stored only `O` and each row's log-sum-exp `L`, not `P`,
 # so the backward recomputes `P = exp(Q Kᵀ·scale - L)` tile by tile and applies the softmax
 # Jacobian: `dV = Pᵀ dO`, `dS = P ∘ (dO Vᵀ - Δ)` with `Δ = rowsum(dO ∘ O)`, `dQ = dS K·scale`,
-# `dK = dSᵀ Q·scale`. One kernel owns a key block and sums dK, dV over the query blocks (and the
-# query heads of its GQA group); another owns a query block and sums dQ: no atomics. It is written
-# for clarity, not speed.
+# `dK = dSᵀ Q·scale`. A small kernel computes Δ once. Then one kernel owns a key block and sums
+# dK, dV over the query blocks (and the query heads of its GQA group), working with `Sᵀ = K Qᵀ` so
+# that `Pᵀ` and `dSᵀ` need no transposes; another owns a query block and sums dQ: no atomics. As in
+# the forward, masks are paid only on the causal diagonal and at ragged ends, and the block shapes
+# are autotuned. Below is the arithmetic of one tile.
 
 # %%
 if ok_triton:
@@ -507,7 +511,8 @@ md(f"All variants passed the float64 check: **{own['summary']['checks_passed']}*
 # ### The reference H200 run
 #
 # The acceptance configuration is B = 4, H = 16, S = 4096, D = 128, causal, bf16, forward, with a
-# sweep of S from 1k to 16k and head dim 64. On a CPU this section shows the recorded reference.
+# sweep of S from 512 to 16k, head dims 128 and 64, causal and not. On a CPU this section shows
+# the recorded reference.
 
 # %%
 ref = notebook.record("attention")
@@ -531,6 +536,44 @@ if ref:
 else:
     display_fig = None
 display_fig
+
+# %% [markdown]
+# ### How the kernel got its speed, one step at a time
+#
+# Each step below changes one thing in the forward and was timed in the same run at the acceptance
+# shape (`STEPS` in `course_kit/benchmarks/attention.py`). Two more steps were tried on the H200
+# and dropped: Triton's automatic warp specialisation (`tl.range(..., warp_specialize=True)`),
+# which changed nothing with 8 warps and did not compile with 4, and issuing the next block's
+# scores before this block's softmax by hand, which was slower. Their measurements are kept in
+# `data/reference/h200/logs/attn-tune-*-s6.json`.
+
+# %%
+steps_record = own if DEVICE == "cuda" and own.get("steps") else ref
+if steps_record and steps_record.get("steps"):
+    at = steps_record["summary"]["tflops_at_acceptance"]
+    md(("Recorded on the reference " + str(steps_record["environment"].get("gpu")) + ": " if steps_record is ref else "")
+       + explain.explain_steps(steps_record["steps"], {"SDPA flash": at.get("sdpa flash"), "cuDNN": at.get("sdpa cudnn")}))
+else:
+    print("No record of the forward's steps yet (they are timed by `course-kit bench attention` on a Hopper GPU).")
+
+# %% [markdown]
+# ### Across the sweep: GPU time and time per call
+#
+# A call of a short attention can end before the host has launched the next one, and then a
+# per-call timing measures the host's launch as much as the kernel. On a GPU the bench also
+# captures ten calls in a CUDA graph (notebook 05) and replays them: that is the GPU's own time.
+# The figure shows the Triton kernel over SDPA flash both ways; 1.0 is parity.
+
+# %%
+sweep_record = own if DEVICE == "cuda" and own["summary"].get("sweep_over_flash") else ref
+if sweep_record and sweep_record["summary"].get("sweep_over_flash"):
+    md(("Recorded on the reference " + str(sweep_record["environment"].get("gpu")) + ": " if sweep_record is ref else "")
+       + explain.explain_sweep(sweep_record["summary"]))
+    sweep_fig = aplots.sweep_figure(sweep_record["summary"]["sweep_over_flash"])
+else:
+    sweep_fig = None
+    print("No sweep of Triton against SDPA flash recorded yet (it needs a GPU with the flash backend).")
+sweep_fig
 
 # %%
 bwd = (own if DEVICE == "cuda" else ref or {}).get("backward")
@@ -718,7 +761,8 @@ grading.check("08.causal_traffic_hidden", CAUSE)
 #   (Theorem 2), counted above for your shapes and SRAM and set against measured times.
 # - A Triton kernel of about a hundred lines, with exp2, an unmasked/masked split, heavy-first
 #   scheduling, pipelined (TMA) loads and a small autotune list, was timed beside FlashAttention-2
-#   and cuDNN in the same run; the recorded ratios above say where it lands on an H200.
+#   and cuDNN in the same run, step by step and across a sweep; the recorded ratios above say where
+#   it lands on an H200, forward and backward.
 # - SDPA picks among flash, memory-efficient, cuDNN and math; a T4 has neither flash nor cuDNN.
 #   xFormers runs only where a wheel for this torch and GPU is installed, and the probe says why not.
 #
