@@ -204,21 +204,19 @@ def _flash_fwd_kernel(Q, K, V, O, LSE, Q_DESC, K_DESC, V_DESC,
 
 
 # -- launch configurations -----------------------------------------------------------------------
-# Measured on the reference H200 (data/reference/h200/logs/attn-tune-*-s6.json, B4 H16 S4096 D128
-# causal): a 4-warp program of 64 query rows with 64-key tiles, three tiles in flight (two such
-# programs share an SM), beat 8 warps over 128 rows (two Hopper warpgroups): 516 against 497
-# TFLOP/s. Fewer stages starve the tensor cores (388); 128-key tiles spill or overflow shared
-# memory. The 8-warp configs win at the longest sequences, so the autotuner keeps both. The
-# 64 x 32 config is for GPUs with little shared memory (a T4 has 64 KiB per SM); configs that do
-# not fit are dropped by the autotuner.
+# Measured on the reference H200 (data/reference/h200/logs/attn-tune-*-s6.json and the "steps" of
+# h200/attention.json, B4 H16 S4096 D128 causal): a 4-warp program of 64 query rows with 64-key
+# tiles, three tiles in flight (two such programs share an SM), beat 8 warps over 128 rows (two
+# Hopper warpgroups); fewer stages starve the tensor cores. At 16k keys and more, 128 x 128 tiles
+# over 8 warps won instead. The 64 x 32 config is for GPUs with little shared memory (a T4 has
+# 64 KiB per SM); configs that do not fit are dropped by the autotuner.
 _CONFIGS = [
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=3),
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_warps=8, num_stages=3),
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_warps=8, num_stages=3),
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=3),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4, num_stages=2),
 ]
-_HOPPER_CONFIGS = 3              # the first three: what sm_90 and newer try
 _INTERPRETER_BLOCKS = (32, 32)   # one fixed config: autotuning the interpreter would be very slow
 # Host descriptors cost host time on every launch (the CPU encodes three TMA descriptors), device
 # descriptors cost GPU time in every program (each builds its own). Measured: below 4096 keys the
@@ -227,10 +225,12 @@ HOST_DESCRIPTORS_FROM = 4096
 
 
 def _prune_configs(configs, named_args, **kwargs):
-    """Every config compiles and is timed once per key, so try only the plausible ones: Hopper and
-    newer keep the three measured there; older or smaller GPUs keep every config."""
+    """Every config compiles and is timed once per key, so try only the plausible ones: on Hopper
+    and newer, the two measured best for the length (128 x 128 tiles only from 16k keys); older or
+    smaller GPUs keep every config."""
     if (_device.current_capability() or (0, 0)) >= (9, 0):     # the emulated GPU's under COURSE_KIT_EMULATE
-        return configs[:_HOPPER_CONFIGS]
+        long = named_args.get("seq_bucket", 0) >= 16384
+        return [configs[0], configs[2] if long else configs[1]]
     return configs
 
 
