@@ -42,7 +42,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", nargs="?", default="attn_tune.json")
     ap.add_argument("--budget-s", type=float, default=480)
+    ap.add_argument("--fwd-configs", help="BM,BN,warps,stages[,maxnreg];... instead of FWD_CONFIGS")
+    ap.add_argument("--descs", default="2,1,0", help="loaders to try: 2 host, 1 device, 0 pointer")
+    ap.add_argument("--fwd-only", action="store_true", help="the acceptance shape and S=16k only")
     args = ap.parse_args()
+    configs = FWD_CONFIGS if not args.fwd_configs else [
+        tuple(int(x) for x in c.split(",")) for c in args.fwd_configs.split(";")]
+    descs = [int(d) for d in args.descs.split(",")]
     t_start = time.time()
     rows: list[dict] = []
 
@@ -91,12 +97,20 @@ def main() -> None:
     for name, fn in peers.items():
         time_fwd(name, fn, acceptance)
     fwd_rows = []
-    for desc, cfg in itertools.product((HOST_DESC, DEVICE_DESC, POINTER), FWD_CONFIGS):
+    for desc, cfg in itertools.product(descs, configs):
         if left() < 330:
             continue
         fwd_rows.append(time_fwd(f"fwd desc={desc} cfg={cfg}", pinned(desc, cfg), acceptance,
                                  {"desc": desc, "cfg": cfg}))
     good = sorted((r for r in fwd_rows if "tflops" in r), key=lambda r: -r["tflops"])[:3]
+    if args.fwd_only:
+        long = (4, 16, 16384, 128, True)
+        for name, fn in peers.items():
+            time_fwd(name, fn, long)
+        for r in good:
+            time_fwd(r["variant"], pinned(r["desc"], r["cfg"]), long, {"desc": r["desc"], "cfg": r["cfg"]})
+        save()
+        return
     overhead(rows)
 
     # 2. the best few on the other shapes of the sweep, with the peers and the autotuned kernel
