@@ -67,23 +67,36 @@ def test_interpreter_both_loaders_head_dims_gqa_causal(loader, head_dim):
 
 
 
-@pytest.mark.parametrize("desc", [triton_flash.POINTER, triton_flash.DEVICE_DESC, triton_flash.HOST_DESC])
-def test_interpreter_every_loader_kind_on_a_strided_layout(desc):
+def _every_loader_on_a_strided_layout(desc, device, rows, head_dim):
     """Each way of loading tiles, on q/k/v that are [B, S, H, D] tensors seen as [B, H, S, D]
     (what a model's projections give): the host's 4-D descriptor must follow those strides."""
-    if torch.cuda.is_available():
-        pytest.skip("covered by the gpu test on a CUDA machine")
     if desc == triton_flash.HOST_DESC and triton_flash.TensorDescriptor is None:
         pytest.skip("this triton has no host tensor descriptors")
-    if desc == triton_flash.DEVICE_DESC and not triton_flash.HAS_DESCRIPTORS:
-        pytest.skip("this triton has no tensor descriptors")
+    if desc != triton_flash.POINTER and not triton_flash.descriptor_usable(
+            *(torch.empty(1, 1, 16, 64, device=device, dtype=torch.bfloat16),) * 3)[0]:
+        pytest.skip("no TMA descriptors here")
     g = torch.Generator().manual_seed(desc)
-    # 100 rows: whole 32-wide key blocks before the diagonal (the unmasked loop) and a ragged tail
-    q, k, v = (torch.randn(2, 100, h, 32, generator=g).bfloat16().transpose(1, 2) for h in (4, 2, 2))
+    q, k, v = (torch.randn(2, rows, h, head_dim, generator=g).bfloat16().to(device).transpose(1, 2)
+               for h in (4, 2, 2))
     for causal in (True, False):
         out, lse = triton_flash.launch_forward(q, k, v, causal=causal, scale=None, desc=desc)
         ref = reference_attention(q, k, v, causal=causal)
-        assert (out.double() - ref).abs().max().item() <= TOL[torch.bfloat16]
+        assert (out.double().cpu() - ref).abs().max().item() <= TOL[torch.bfloat16]
+
+
+@pytest.mark.parametrize("desc", [triton_flash.POINTER, triton_flash.DEVICE_DESC, triton_flash.HOST_DESC])
+def test_interpreter_every_loader_kind_on_a_strided_layout(desc):
+    if torch.cuda.is_available():
+        pytest.skip("covered by the gpu test on a CUDA machine")
+    # 100 rows: whole 32-wide key blocks before the diagonal (the unmasked loop) and a ragged tail
+    _every_loader_on_a_strided_layout(desc, "cpu", 100, 32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("desc", [triton_flash.POINTER, triton_flash.DEVICE_DESC, triton_flash.HOST_DESC])
+def test_gpu_every_loader_kind_on_a_strided_layout(desc):
+    _every_loader_on_a_strided_layout(desc, "cuda", 1000, 128)
+
 
 def test_errors_name_the_bad_value():
     q = torch.randn(1, 2, 8, 48).half()
