@@ -10,7 +10,8 @@ The algorithm is tiled.py's, run by one Triton program per (query block, batch x
 Choices that matter for speed, each explained where it is made below: exp2 with log2(e) folded
 into the scale, causal work split into unmasked and masked (diagonal) phases, heavy causal blocks
 scheduled first, float32 accumulators with bf16/fp16 tensor-core inputs, TMA tensor descriptors
-where the GPU and Triton have them, and a short autotune list keyed on the shape.
+where the GPU and Triton have them (built once on the host for long sequences, by each program for
+short ones), and a short autotune list keyed on the shape, whose pick is then launched directly.
 
 On a machine without CUDA, importing this module sets TRITON_INTERPRET=1 before its kernels are
 defined, and the same kernel runs on CPU tensors through Triton's interpreter (slowly: use small
