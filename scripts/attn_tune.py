@@ -23,6 +23,7 @@ import torch
 from course_kit import bench
 from course_kit.attention import naive, sdpa_backends, triton_flash, triton_flash_bwd
 from course_kit.attention.triton_flash import DEVICE_DESC, HOST_DESC, POINTER
+from course_kit.benchmarks.attention import _inputs
 
 FWD_CONFIGS = [(64, 64, 4, 3), (64, 64, 4, 2), (64, 128, 4, 2), (64, 128, 4, 3), (64, 32, 4, 3), (64, 32, 4, 4),
                (128, 128, 8, 3), (128, 64, 8, 3)]
@@ -31,11 +32,11 @@ DQ = [(128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 2), (128, 32, 8, 3)]
 
 
 def inputs(b, h, s, d, seed, grad=False):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    xs = [torch.randn(b, h, s, d, generator=g, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    """The bench's own inputs (q, k, v in bf16 on the GPU); with grad, leaves and an incoming dO."""
+    xs = _inputs(b, h, h, s, d, torch.bfloat16, torch.device("cuda"), seed)
     if grad:
-        xs = [x.requires_grad_() for x in xs] + [torch.randn_like(xs[0])]
-    return tuple(xs)
+        xs = tuple(x.requires_grad_() for x in xs) + (torch.randn_like(xs[0]),)
+    return xs
 
 
 def main() -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 
 import torch
 
@@ -34,6 +33,8 @@ if not torch.cuda.is_available():
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+
+from course_kit import bench, cuda_graphs, roofline  # noqa: E402
 
 HAS_PDL = hasattr(tl.extra.cuda, "gdc_wait")
 PRESETS = {   # (dim, n_heads * head_dim + 2 * n_kv_heads * head_dim, ffn_dim, layers)
@@ -113,34 +114,9 @@ class TritonChain:
 
 
 def graph_seconds(fn, x, replays: int = 20) -> float:
-    fn(x)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn(x)
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(replays):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return sorted(times)[len(times) // 2]
-
-
-def copy_gbs(device) -> float:
-    a = torch.empty(1 << 30, dtype=torch.uint8, device=device)
-    b = torch.empty_like(a)
-    b.copy_(a)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(10):
-        b.copy_(a)
-    torch.cuda.synchronize()
-    return 2 * a.numel() * 10 / (time.perf_counter() - t0) / 1e9
+    """Median seconds of one replay of `fn(x)` captured in a CUDA graph (the course's capture)."""
+    graph = cuda_graphs.capture(lambda: fn(x))
+    return bench.timeit(graph.replay, warmup=2, repeat=replays, device="cuda").median_s
 
 
 def check(preset: str, device) -> dict:
@@ -174,7 +150,7 @@ def main() -> None:
     weight_bytes = sum(w.numel() * w.element_size() for w in weights)
     x = torch.randn(shapes[0][1], device=device).to(torch.bfloat16)
     ref = chain_reference(weights, x)
-    result.update(copy_gbs=copy_gbs(device), weight_bytes=weight_bytes, rows=[])
+    result.update(copy_gbs=roofline.copy_bandwidth(1 << 30, device="cuda")["gbs"], weight_bytes=weight_bytes, rows=[])
     variants = {"cublas F.linear": lambda: chain_cublas}
     for bn, bk, warps in ((8, 256, 4), (16, 256, 4), (16, 512, 4), (32, 256, 8), (8, 512, 4), (32, 128, 4)):
         for pdl in (False, True):

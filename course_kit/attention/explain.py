@@ -183,10 +183,11 @@ def explain_sweep(summary: Mapping, host_bound_at: float = 1.5) -> str:
     if graphs:
         low = min(graphs, key=lambda r: r["graph"])
         behind = [r for r in graphs if r["graph"] < 1 - narrate.SAME_WITHIN]
-        parts.append(f"In GPU time (CUDA graph replays, no host in the loop) the Triton kernel was "
-                     f"{'never slower than' if not behind else f'slower than SDPA flash at {len(behind)} of'} "
-                     f"{'SDPA flash at any of the ' if not behind else ''}{len(graphs)} shapes of the sweep; "
-                     f"its closest call is {shape(low)}, where it runs {narrate.ratio_words(low['graph'])} flash")
+        verdict = (f"slower than SDPA flash at {len(behind)} of {len(graphs)} shapes" if behind else
+                   f"never slower than SDPA flash at any of the {len(graphs)} shapes")
+        parts.append(f"In GPU time (CUDA graph replays, no host in the loop) the Triton kernel was {verdict} "
+                     f"of the sweep; its lowest ratio is at {shape(low)}, where it runs "
+                     f"{narrate.ratio_words(low['graph'])} flash")
     behind = [r for r in rows if r["per_call"] < 1 - narrate.SAME_WITHIN]
     if not behind:
         parts.append(f"per call, host launch included, it was never slower than flash either ({len(rows)} shapes)")

@@ -391,7 +391,7 @@ def launch_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal:
     if config is not None:
         blocks = {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"]}
         _set_host_blocks({"Q_DESC": descs[0], "K_DESC": descs[1], "V_DESC": descs[2], "HEAD_DIM": head_dim, **blocks})
-        launch = {k: config[k] for k in ("num_warps", "num_stages", "maxnreg") if config.get(k)}
+        launch = {name: config[name] for name in ("num_warps", "num_stages", "maxnreg") if config.get(name)}
         grid = (triton.cdiv(seq_q, config["BLOCK_M"]), batch * n_q_heads)
         _flash_fwd_kernel[grid](*args, **flags, **blocks, **launch)
     else:

@@ -36,6 +36,9 @@ SIZES = {
 }
 SLOW = ("naive", "tiled (PyTorch)", "sdpa math")     # fewer repeats: S^2 memory traffic or Python loops
 GRAPH_CALLS = 10     # forward calls per captured CUDA graph, when timing without the host
+# largest |error| against float64 (or SDPA) a variant may show: outputs are O(1), each rounding in
+# bf16 keeps 8 significant bits, in fp16 11
+TOLERANCE = {torch.bfloat16: 3e-2, torch.float16: 5e-3, torch.float32: 1e-4}
 
 
 def variants(dev: torch.device, dtype: torch.dtype) -> dict[str, Callable]:
@@ -86,7 +89,7 @@ def _inputs(b: int, hq: int, hkv: int, s: int, d: int, dtype: torch.dtype, dev: 
 def check_all(fns: dict[str, Callable], dev: torch.device, dtype: torch.dtype, small: bool) -> dict[str, dict]:
     """Max |error| of every variant against float64 on ragged GQA shapes, causal and not."""
     shapes = [(1, 4, 2, 77, 64), (2, 4, 4, 200, 128)] if small else [(1, 8, 2, 1000, 128), (2, 4, 4, 333, 64)]
-    tol = 3e-2 if dtype == torch.bfloat16 else 5e-3 if dtype == torch.float16 else 1e-4
+    tol = TOLERANCE[dtype]
     report: dict[str, dict] = {}
     for i, (b, hq, hkv, s, d) in enumerate(shapes):
         q, k, v = _inputs(b, hq, hkv, s, d, dtype, dev, seed=i)
@@ -152,17 +155,13 @@ def measure_case(name: str, fn: Callable, shape: dict, dtype: torch.dtype, dev: 
 
 
 def graph_time(call: Callable[[], object], dev: torch.device, replays: int = 5) -> float | str:
-    """Seconds per call with the host left out: GRAPH_CALLS calls captured in one CUDA graph, the
-    median replay divided by GRAPH_CALLS. A variant that cannot be captured gives its error."""
+    """Seconds per call with the host left out: GRAPH_CALLS calls captured in one CUDA graph
+    (cuda_graphs.capture, notebook 05), the median replay divided by GRAPH_CALLS. A variant that
+    cannot be captured gives its error."""
+    from .. import cuda_graphs
     try:
-        call()      # warm: compiled, autotuned, caches filled, before capture
-        torch.cuda.synchronize(dev)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(GRAPH_CALLS):
-                call()
+        graph = cuda_graphs.capture(lambda: [call() for _ in range(GRAPH_CALLS)], warmup=1)
         t = bench.timeit(graph.replay, warmup=1, repeat=replays, device=dev)
-        del graph
         return t.median_s / GRAPH_CALLS
     except Exception as exc:  # noqa: BLE001 - recorded beside the per-call time
         torch.cuda.synchronize(dev)
@@ -309,6 +308,7 @@ def forward_steps(dev: torch.device, dtype: torch.dtype, shape: dict, repeat: in
     sets = [_inputs(b, h, h, s, d, dtype, dev, seed=40 + i) for i in range(2)]
     ref = sdpa_backends.sdpa(*sets[0], causal=causal)
     flops = naive.attention_flops(b, h, s, s, d, causal=causal)
+    tolerance = TOLERANCE[dtype]
     rows = []
     for name, loader, bm, bn, warps, stages in STEPS:
         desc = {"pointer": tf.POINTER, "device": tf.DEVICE_DESC, "host": tf.HOST_DESC}[loader]
@@ -319,6 +319,8 @@ def forward_steps(dev: torch.device, dtype: torch.dtype, shape: dict, repeat: in
         row = {"step": name, "loader": loader, **config}
         try:
             row["max_abs_err"] = (fn(*sets[0]) - ref).abs().max().item()
+            if not row["max_abs_err"] <= tolerance:     # a wrong step is not timed
+                raise ValueError(f"max |error| against SDPA {row['max_abs_err']:.3g} > {tolerance}")
             t = bench.timeit(fn, warmup=3, repeat=repeat, inputs=sets, device=dev)
             row.update(median_s=t.median_s, tflops=flops / t.median_s / 1e12)
         except Exception as exc:  # noqa: BLE001 - a step that cannot run here is recorded as such
