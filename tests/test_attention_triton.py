@@ -66,7 +66,6 @@ def test_interpreter_both_loaders_head_dims_gqa_causal(loader, head_dim):
     _check_against_float64(q, k, v, True, torch.bfloat16, loader=loader, block_m=32, block_n=16)
 
 
-
 def _every_loader_on_a_strided_layout(desc, device, rows, head_dim):
     """Each way of loading tiles, on q/k/v that are [B, S, H, D] tensors seen as [B, H, S, D]
     (what a model's projections give): the host's 4-D descriptor must follow those strides."""
@@ -170,7 +169,6 @@ def test_interpreter_backward_matches_float64_like_sdpa(case):
     _check_backward(*case, device="cpu", seed=sum(case[:6]))
 
 
-
 @pytest.mark.parametrize("seed", range(6))
 def test_interpreter_backward_random_shapes(seed):
     """Ragged and whole-block lengths, Sq above and below Sk, GQA: every phase of the backward's
@@ -184,6 +182,7 @@ def test_interpreter_backward_random_shapes(seed):
     sk = sq if seed % 2 else r(1, 90)
     _check_backward(r(1, 2), hkv * r(1, 2), hkv, sq, sk, (16, 32, 64)[seed % 3], bool(seed % 4),
                     (torch.bfloat16, torch.float16)[seed % 2], device="cpu", seed=seed)
+
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", [(2, 8, 2, 1000, 1000, 128, True, torch.bfloat16),
