@@ -29,6 +29,9 @@ CPU_MESSAGE = ("CUDA graphs need a CUDA GPU; on this machine DecodeGraphRunner r
                "decode step eagerly (no capture, no replay).")
 
 
+KERNELS = ("torch", "triton")   # the model's own decode step, or decode_kernels.TritonDecodeStep
+
+
 # ----------------------------------------------------------------------------- picking a graph
 
 def capture_sizes(max_batch: int) -> list[int]:
@@ -132,8 +135,10 @@ class DecodeGraphRunner:
 
     Capture happens in the constructor, before any prefill (warm-up writes into cache rows).
     fuse=True first compiles each block with Inductor (`fuse_layers`; a string names another
-    torch.compile backend), so the graph replays fused kernels; on a CPU the step runs eagerly
-    (`use_graphs` False).
+    torch.compile backend), so the graph replays fused kernels. kernels="triton" replaces the
+    model's decode with `decode_kernels.TritonDecodeStep`, a few hand-fused Triton kernels a layer
+    (pdl: launch them with programmatic dependent launch; None = where the GPU supports it).
+    On a CPU the step runs eagerly (`use_graphs` False; Triton kernels through the interpreter).
     Static state: the KV cache, the input buffers `tokens`/`positions`, the sampling noise, the
     output `next_tokens`. `step()` copies a batch into the buffers (padding it to a captured
     size), fills the noise outside the graph from a seeded generator, and replays the graph.
@@ -142,7 +147,7 @@ class DecodeGraphRunner:
     def __init__(self, model: llama.Transformer, max_batch: int = 8, max_seq: int = 512,
                  sizes: Sequence[int] | None = None, *, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int = 0, use_graphs: bool | None = None, fuse: bool | str = False,
-                 verbose: bool = True):
+                 kernels: str = "torch", pdl: bool | None = None, verbose: bool = True):
         weight = model.tok_embeddings.weight
         self.model, self.device = model, weight.device
         self.sizes = sorted(sizes or capture_sizes(max_batch))
@@ -162,6 +167,18 @@ class DecodeGraphRunner:
         self.next_tokens = torch.zeros(max_batch, dtype=torch.long, device=self.device)
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        if kernels not in KERNELS:
+            raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
+        if fuse and kernels != "torch":
+            raise ValueError("fuse compiles the model's own layers; kernels='triton' replaces them: choose one")
+        self.kernels, self.decode = kernels, model.decode
+        if kernels == "triton":
+            from .decode_kernels.gemv import MAX_ROWS
+            from .decode_kernels.step import TritonDecodeStep
+            if self.sizes[-1] > MAX_ROWS:
+                raise ValueError(f"kernels='triton' runs batches of at most {MAX_ROWS} rows, got max_batch "
+                                 f"{self.sizes[-1]}")
+            self.decode = TritonDecodeStep(model, pdl=pdl)
         self.fused = bool(fuse)
         if fuse:
             fuse_layers(model, backend=fuse if isinstance(fuse, str) else "inductor")
@@ -170,9 +187,12 @@ class DecodeGraphRunner:
 
     def _body(self, b: int) -> None:
         """The captured work for batch size b: decode, then graph-safe sampling (noise passed in)."""
-        logits = self.model.decode(self.tokens[:b], self.positions[:b], self.cache)
+        logits = self.decode(self.tokens[:b], self.positions[:b], self.cache)
         noise = self.noise[:b] if self.temperature > 0 else None
-        chosen = sampling.sample(logits, self.temperature, self.top_k, self.top_p, uniform=noise)
+        if self.kernels == "triton" and self.temperature == 0:
+            chosen = self.decode.greedy(logits)
+        else:
+            chosen = sampling.sample(logits, self.temperature, self.top_k, self.top_p, uniform=noise)
         self.next_tokens[:b].copy_(chosen)
 
     @torch.no_grad()

@@ -1,4 +1,5 @@
-"""Where attention lives: every Triton kernel under course_kit/attention with a unique name, one
+"""Where attention lives: every Triton kernel under course_kit/attention (or the decode step's
+decode_kernels) with a unique name, one
 online-softmax fold per language, and the Triton interpreter switched on only when a kernel is
 asked for (importing the model or the engine must leave it alone)."""
 import ast
@@ -32,11 +33,21 @@ def _triton_functions() -> list[tuple[str, str]]:
     return found
 
 
-def test_every_triton_kernel_lives_in_attention_under_its_own_name():
+# Triton kernels live in two places: attention (notebooks 06 and 08) and the decode step's
+# matrix-vector, RoPE and argmax kernels (notebook 05). Each switches the interpreter on itself.
+KERNEL_PACKAGES = ("attention/", "decode_kernels/")
+
+
+def test_every_triton_kernel_lives_in_a_kernel_package_under_its_own_name():
     found = _triton_functions()
     assert len(found) >= 10, f"the scan found too few Triton functions to be looking right: {found}"
-    outside = [f for f in found if not f[0].startswith("attention/")]
-    assert not outside, f"Triton functions outside course_kit/attention: {outside}"
+    outside = [f for f in found if not f[0].startswith(KERNEL_PACKAGES)]
+    assert not outside, f"Triton functions outside {KERNEL_PACKAGES}: {outside}"
+    for package in KERNEL_PACKAGES:
+        for path in sorted((PACKAGE / package).glob("*.py")):
+            text = path.read_text()
+            if "@triton.jit" in text:
+                assert "use_triton_interpreter_without_cuda()" in text, f"{path.name} defines kernels first"
     names: dict[str, set[str]] = {}
     for file, name in found:
         names.setdefault(name, set()).add(file)

@@ -60,9 +60,12 @@ def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, ctx_ptr, out_ptr, part_
                          stride_on, stride_oh, H,
                          G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
                          BS: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr,
-                         DOT_F32: tl.constexpr):
+                         DOT_F32: tl.constexpr, PDL: tl.constexpr):
     # one program: one sequence, one K/V head (all G query heads that share it, so each K/V
     # tile is loaded once for G queries), one of SPLITS slices of the context
+    if PDL:   # programmatic dependent launch (notebook 05's decode step): let the next kernel
+        tl.extra.cuda.gdc_launch_dependents()   # launch, and wait for q and the new K/V
+        tl.extra.cuda.gdc_wait()
     seq = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -100,7 +103,11 @@ def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, ctx_ptr, out_ptr, part_
 
 @triton.jit
 def _merge_splits_kernel(part_ptr, lse_ptr, out_ptr, stride_on, stride_oh, H,
-                         SPLITS: tl.constexpr, SP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr):
+                         SPLITS: tl.constexpr, SP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
+                         PDL: tl.constexpr):
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     # the slices' means weighted by their share of the softmax sum, 2^(lse - max lse): the same
     # rescaling as the online softmax, done once over the SPLITS partial results
     seq = tl.program_id(0)
@@ -195,10 +202,11 @@ def decode_splits(batch: int, n_kv_heads: int, max_context: int, block_n: int = 
 
 def paged_decode_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                         block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
-                        block_n: int = 64, splits: int | None = None) -> torch.Tensor:
+                        block_n: int = 64, splits: int | None = None, pdl: bool = False) -> torch.Tensor:
     """Decode attention straight from the block table: q [B, H, D] -> [B, H, D].
 
-    `splits` slices every context (default: `decode_splits`); more than one adds a merge kernel."""
+    `splits` slices every context (default: `decode_splits`); more than one adds a merge kernel.
+    pdl: launch both with programmatic dependent launch (Hopper; notebook 05's decode step)."""
     B, H, D = q.shape
     _, bs, n_kv, _ = k_cache.shape
     if k_cache.stride(-1) != 1 or q.stride(-1) != 1:
@@ -211,13 +219,15 @@ def paged_decode_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     part = torch.empty((B, H, splits, D), dtype=torch.float32, device=q.device) if splits > 1 else out
     lse = torch.empty((B, H, splits), dtype=torch.float32, device=q.device) if splits > 1 else out
     DP = max(16, triton.next_power_of_2(D))
+    launch = {"launch_pdl": True} if pdl else {}
     _paged_decode_kernel[(B, n_kv, splits)](
         q, k_cache, v_cache, block_tables, context_lens, out, part, lse, scale * LOG2E,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1), H,
         G=G, GP=max(16, triton.next_power_of_2(G)), D=D, DP=DP, BS=bs, BLOCK_N=block_n, SPLITS=splits,
-        DOT_F32=_dot_f32(q))
+        DOT_F32=_dot_f32(q), PDL=pdl, **launch)
     if splits > 1:
         _merge_splits_kernel[(B, H)](part, lse, out, out.stride(0), out.stride(1), H,
-                                     SPLITS=splits, SP=triton.next_power_of_2(splits), D=D, DP=DP)
+                                     SPLITS=splits, SP=triton.next_power_of_2(splits), D=D, DP=DP, PDL=pdl,
+                                     **launch)
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 VARIANTS = {"eager": "eager step", "graph": "CUDA graph runner", "fused_graph": "fused blocks + graph runner",
+            "triton_graph": "Triton kernels + graph runner",
             "reduce_overhead": 'torch.compile("reduce-overhead")', "hf_generate": "HF generate"}
 
 
@@ -58,6 +59,27 @@ def roofline_decode_figure(record: dict, copy_gbs: float | None = None) -> go.Fi
         fig.add_scatter(x=batches, y=ceiling, name=f"bandwidth ceiling ({bw:,.0f} GB/s copy)",
                         mode="lines", line=dict(dash="dash", color="black"))
     fig.update_layout(title="Decode against the bandwidth roofline (dashed: reading the bytes takes this long)")
+    return fig
+
+
+def decode_forms_figure(record: dict, preset: str = "llama-1b") -> go.Figure:
+    """The batch-1 step in each of its forms (one change at a time, as the bench builds them): ms per
+    token, with the time reading the step's bytes once at the run's copy bandwidth would take."""
+    from ..decode_explain import BIG_FORM_WORDS
+    rows = {r["variant"]: r for r in record["results"] if r.get("preset") == preset and r.get("batch") == 1
+            and r.get("variant") in BIG_FORM_WORDS}
+    forms = [f for f in BIG_FORM_WORDS if f in rows]
+    fig = go.Figure()
+    fig.add_bar(x=[BIG_FORM_WORDS[f] for f in forms], y=[rows[f]["ms_per_step"] for f in forms],
+                text=[f"{rows[f]['ms_per_step']:.3f} ms" for f in forms], textposition="outside", name="ms per token")
+    copy = record["summary"].get("copy_gbs")
+    nbytes = next((rows[f].get("bytes_per_token") for f in forms if rows[f].get("bytes_per_token")), None)
+    if copy and nbytes and forms:
+        floor = nbytes / copy / 1e6
+        fig.add_hline(y=floor, line_dash="dash", line_color="black",
+                      annotation_text=f"reading {nbytes / 1e9:.2f} GB at {copy:,.0f} GB/s: {floor:.3f} ms")
+    fig.update_layout(yaxis_title="ms per token (batch 1)", height=420, showlegend=False,
+                      title=f"{preset} decode step, one change at a time")
     return fig
 
 

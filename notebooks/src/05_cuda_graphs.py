@@ -17,7 +17,9 @@
 # - how to capture and replay a decode step: warm-up, static inputs and outputs, a shared memory pool;
 # - why a runner captures one graph per batch size and pads to the next one;
 # - the four classic pitfalls (host syncs, dynamic shapes, allocations, RNG) and their fixes;
-# - how close graph-replayed decode gets to the memory-bandwidth roofline of notebook 00.
+# - how close graph-replayed decode gets to the memory-bandwidth roofline of notebook 00;
+# - how hand-written Triton kernels (one matrix-vector kernel with the small ops folded in, and
+#   programmatic dependent launch) bring the batch-1 step closer to it.
 
 # %%
 {{SETUP}}
@@ -43,7 +45,8 @@ import torch
 
 from course_kit import bench, buckets, cuda_graphs as cg, narrate, notebook
 from course_kit.engine import trace
-from course_kit.decode_explain import explain_hbm, explain_reduce_overhead, explain_reduce_overhead_live
+from course_kit.attention import availability
+from course_kit.decode_explain import explain_hbm, explain_kernels, explain_reduce_overhead, explain_reduce_overhead_live
 from course_kit.models import llama, sampling
 from course_kit.notebook import md, show_source
 from course_kit.plots import cuda_graphs as cplots
@@ -268,6 +271,78 @@ else:
 fig
 
 # %% [markdown]
+# ### Fewer, wider kernels: the step written in Triton
+#
+# The fused runner still reads the weights well below the copy rate, in a dozen kernels a layer.
+# `course_kit.decode_kernels` rewrites the step for small batches (at most 8 rows):
+# - **one matrix-vector kernel**, `gemv`. Each program owns a few rows of W and reads them in 16 KiB
+#   tiles, so every SM keeps enough bytes in flight. RMSNorm is folded into its load of x, SwiGLU
+#   likewise, and the residual add into its store: those cost no kernel of their own;
+# - **one kernel for RoPE and the K/V append**, then notebook 06's paged decode-attention kernel
+#   reading the static cache (a cache row is a paged cache with one block);
+# - on Hopper, every kernel is launched with **programmatic dependent launch** (PDL): a kernel starts,
+#   and reads its first weights, while the one before it is still finishing.
+#
+# The step keeps `model.decode`'s signature and reads the same cache, so the runner captures it as
+# before: `DecodeGraphRunner(model, kernels="triton")`. Without a GPU the kernels run in Triton's
+# interpreter, on a tiny model.
+
+# %%
+ok_triton, why_triton = availability.triton_status()
+if ok_triton:
+    from course_kit.decode_kernels import gemv as dk_gemv, step as dk_step
+    show_source(dk_gemv._gemv_kernel.fn)
+    show_source(dk_step.TritonDecodeStep.__call__)
+else:
+    md(f"Triton cannot run here ({why_triton}): the sources and the live check are skipped.")
+
+# %%
+if ok_triton:
+    # one step from the same cache contents: the model's own decode against the Triton step
+    small = model
+    caches = [llama.StaticKVCache(small.config, 1, 64, small.tok_embeddings.weight.dtype, P["device"])
+              for _ in range(2)]
+    prompt = torch.randint(1, small.config.vocab_size, (1, 9), generator=torch.Generator().manual_seed(3))
+    for c in caches:
+        small.prefill(prompt.to(P["device"]), c)
+    tok, pos = torch.tensor([5], device=P["device"]), torch.tensor([9], device=P["device"])
+    want_logits = small.decode(tok, pos, caches[0])
+    got_logits = dk_step.TritonDecodeStep(small)(tok, pos, caches[1])
+    gap = (got_logits.float() - want_logits.float()).abs().max().item()
+    scale = want_logits.float().abs().max().item()
+    md(f"One decode step of `{small.config.name}` ({device.dtype_name(small.tok_embeddings.weight.dtype)}): the "
+       f"Triton step's logits differ from the model's own by at most **{gap:.2e}** (the logits reach {scale:.2f}); "
+       f"greedy token **{'the same' if got_logits.argmax(-1).item() == want_logits.argmax(-1).item() else 'different'}**.")
+if ok_triton and GPU:
+    triton_runner = cg.DecodeGraphRunner(model, max_batch=MAX_BATCH, max_seq=MAX_SEQ, kernels="triton", verbose=False)
+    triton_tokens = triton_runner.generate(prompts, NEW_TOKENS)
+    triton_runner.generate([[1] * 8], 2)
+    one_tok, one_pos = torch.ones(1, dtype=torch.long, device="cuda"), torch.full((1,), 9, device="cuda")
+    t_triton = bench.timeit(lambda: triton_runner.step(one_tok, one_pos), warmup=3, repeat=REPEAT)
+    same_share = sum(a == b for x, y in zip(triton_tokens, graph_tokens) for a, b in zip(x, y)) / (len(prompts) * NEW_TOKENS)
+    md(f"This run, batch 1: the Triton step **{t_triton.median_s * 1e3:.3f} ms**, the graph runner of the model's own "
+       f"step **{by[('graph', 1)]['ms_per_step']:.3f} ms**: the Triton step ran "
+       f"**{narrate.speed(t_triton.median_s * 1e3, by[('graph', 1)]['ms_per_step'])}** it (PDL "
+       f"{'on' if triton_runner.decode.pdl else 'off: this GPU has no programmatic dependent launch'}). "
+       f"Greedy tokens agree with the graph runner's at **{same_share:.0%}** of positions "
+       f"({device.dtype_name(DTYPE)}: a near-tie can tip either way once the sums are added in another order).")
+
+# %%
+if REF and any(r.get("variant") == "triton_graph_pdl" or r.get("variant") == "triton_graph"
+               for r in REF["results"] if r.get("preset") == "llama-1b"):
+    md("**Recorded on the reference H200, the llama-1b step one change at a time:** "
+       + explain_kernels(REF["summary"], REF["results"]))
+    fp32 = REF["summary"].get("triton_fp32_vs_hf") or {}
+    if fp32:
+        md(f"In float32 the Triton step's greedy tokens were **{'identical to' if fp32['identical'] else 'different from'}** "
+           f"HF transformers' on the same weights ({fp32['prompts']} prompts, {fp32['new_tokens']} new tokens each).")
+    forms_fig = cplots.decode_forms_figure(REF)
+else:
+    forms_fig = None
+    md("The H200 record has no Triton forms of the step yet: run `course-kit bench cuda_graphs` on a GPU.")
+forms_fig
+
+# %% [markdown]
 # ## 6. Pitfalls
 #
 # Each of these is demonstrated on a GPU in a separate process (a failed capture can leave the
@@ -416,6 +491,8 @@ grading.check("05.bucket_waste", PREDICTED_WASTE, WASTE, WORST_BUCKET, EXTRA)
 # - Draw random numbers on the device or pass noise in through a buffer; CPU randomness is baked in.
 # - `torch.compile(mode="reduce-overhead")` packages fusion and graphs; it needs the same discipline
 #   (static KV cache marked static, no syncs).
+# - At batch 1 the step is a chain of matrix-vector products: what remains after graphs and fusion
+#   is how close each kernel reads at the copy rate, and the gaps between kernels (PDL narrows them).
 #
 # **Further reading**
 # - NVIDIA, *CUDA C++ Programming Guide*, section "CUDA Graphs".

@@ -1,0 +1,18 @@
+"""Triton kernels for the batch-1 decode step (notebook 05, "The step in six kernels a layer").
+
+At batch 1 every weight is read once per token and used for one multiply-add: the step is a
+chain of matrix-vector products, and its speed is how close each one reads at the copy rate.
+Around them, the layer's small operations (norms, RoPE, the K/V append, SwiGLU, residuals) cost
+a kernel each in the eager step. Here they ride inside the products that need them:
+
+- `gemv`        y = W x, with RMSNorm folded into the load of x, SwiGLU folded into the load of
+                x, and the residual add folded into the store of y; optionally launched with
+                programmatic dependent launch, so a kernel reads its first weights while the
+                previous one finishes;
+- `rope`        RoPE as a helper that a kernel calls on what it loads: the decode attention
+                kernel (attention/paged_triton.py) rotates q and k and appends k and v itself;
+- `argmax`      the greedy token in two small kernels instead of one slow reduction;
+- `step`        `TritonDecodeStep`: the course model's decode step from these, five kernels a layer.
+
+Importing a kernel module without CUDA sets TRITON_INTERPRET=1 (tests run on CPU tensors).
+"""

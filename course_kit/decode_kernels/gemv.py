@@ -1,0 +1,163 @@
+"""Matrix-vector products that stream weights at the copy rate, with the layer's small ops folded in.
+
+Notebook 05. y[m, n] = sum_k W[n, k] * x[m, k] for a handful of rows m (the batch, at most
+MAX_ROWS). Why not cuBLAS? At batch 1 a product is a pure read of W; what decides its speed is
+how many bytes each SM keeps in flight and how long the kernel's start and tail leave the memory
+idle. So each program owns BLOCK_N rows of W and walks K in tiles of BLOCK_N x BLOCK_K, wide enough
+(16 KiB of bf16) that one load keeps an SM's memory pipe busy; there are enough programs to give
+every SM two (`gemv_blocks`). No split-K, so no atomics and no reduction kernel: the sums are the
+same every run.
+
+The small operations of a layer ride along, each where its data already is:
+- PROLOGUE=NORM:   x is the residual stream; each program computes x's RMS (K values, from L2)
+                   and normalises x as it loads it, so RMSNorm costs no kernel;
+- PROLOGUE=SWIGLU: x is [gate; up] from the previous product; silu(gate) * up is formed on load;
+- RESIDUAL:        y += r in the store (r may be the output itself: the residual stream is updated
+                   in place, each element read and written by the one program that owns it).
+Every rounding to the model's dtype happens where the eager step rounds (after the norm, after
+silu, after each product), so bf16 results track the eager step's.
+
+PDL (programmatic dependent launch, Hopper): the kernel reads its first weight tile, which no
+earlier kernel writes, then lets the next kernel launch and waits for the previous one to finish.
+Weight reads then overlap the previous kernel's tail instead of following it.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..attention import use_triton_interpreter_without_cuda
+
+use_triton_interpreter_without_cuda()   # before the first kernel below
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+HAS_PDL = hasattr(tl.extra.cuda, "gdc_wait")   # Triton >= 3.4
+MAX_ROWS = 8                 # a batch above this is a matrix product: cuBLAS's job, not a GEMV's
+PLAIN, NORM, SWIGLU = 0, 1, 2
+PROLOGUES = {"plain": PLAIN, "norm": NORM, "swiglu": SWIGLU}
+PROGRAMS_PER_SM = 2          # chosen on the H200, inside the whole step with PDL (logs under
+TILE = 8192                  # data/reference/h200/logs/decode-probe-*-s7.json): 2 programs an SM,
+NUM_WARPS = 4                # tiles of 8192 weights (16 KiB of bf16) per load, 4 warps
+
+
+def gemv_blocks(n: int, k: int, sms: int) -> tuple[int, int]:
+    """(BLOCK_N, BLOCK_K) for an N x K weight: the fewest rows per program that still give every
+    SM PROGRAMS_PER_SM programs (2 to 64 rows), then as much of K per load as TILE allows (at
+    least 128 columns, at most the row)."""
+    if n < 1 or k < 1:
+        raise ValueError(f"weight shape must be positive, got N={n}, K={k}")
+    rows = max(1, n // max(1, sms * PROGRAMS_PER_SM))
+    block_n = min(64, max(2, 1 << (rows.bit_length() - 1)))          # a power of two, <= rows
+    block_k = min(triton.next_power_of_2(k), max(128, TILE // block_n))
+    return block_n, block_k
+
+
+@triton.jit
+def _x_tile(X, NORM_W, inv_rms, k0, K, stride_x, m, ks, PROLOGUE: tl.constexpr, DT: tl.constexpr):
+    """Row m of the product's input, columns k0 + ks, in float32, formed as the eager step forms it."""
+    kk = k0 + ks
+    kmask = kk < K
+    if PROLOGUE == 2:    # SWIGLU: x holds [gate; up], K = ffn_dim
+        gate = tl.load(X + m * stride_x + kk, mask=kmask, other=0.0).to(tl.float32)
+        up = tl.load(X + m * stride_x + K + kk, mask=kmask, other=0.0).to(tl.float32)
+        act = (gate / (1.0 + tl.exp(-gate))).to(DT).to(tl.float32)
+        return (act * up).to(DT).to(tl.float32)
+    x = tl.load(X + m * stride_x + kk, mask=kmask, other=0.0).to(tl.float32)
+    if PROLOGUE == 1:    # NORM: weight * (x / rms(x)), rounded after each step as RMSNorm does
+        nw = tl.load(NORM_W + kk, mask=kmask, other=0.0).to(tl.float32)
+        x = ((x * inv_rms).to(DT).to(tl.float32) * nw).to(DT).to(tl.float32)
+    return x
+
+
+@triton.jit
+def _fold_tile(acc, w, X, NORM_W, inv, k0, K, stride_x, ms, ks,
+               M: tl.constexpr, PROLOGUE: tl.constexpr, DT: tl.constexpr):
+    """acc[m, :] += W_tile @ x[m, tile] for every row m: the weight tile is read once for all rows."""
+    wf = w.to(tl.float32)
+    for m in tl.static_range(M):
+        inv_m = tl.sum(tl.where(ms == m, inv, 0.0), 0)
+        x = _x_tile(X, NORM_W, inv_m, k0, K, stride_x, m, ks, PROLOGUE, DT)
+        part = tl.sum(wf * x[None, :], 1)
+        acc += tl.where(ms[:, None] == m, part[None, :], 0.0)
+    return acc
+
+
+@triton.jit
+def _gemv_kernel(W, X, OUT, RES, NORM_W, N, K, stride_w, stride_x, stride_o, stride_r, eps,
+                 M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 PROLOGUE: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    rmask = rows < N
+    ks = tl.arange(0, BLOCK_K)
+    ms = tl.arange(0, BLOCK_M)
+    DT: tl.constexpr = OUT.dtype.element_ty
+    w_ptrs = W + rows[:, None].to(tl.int64) * stride_w + ks[None, :]
+    # The first tile of W: no kernel of this step writes W, so it is read before waiting.
+    w = tl.load(w_ptrs, mask=rmask[:, None] & (ks[None, :] < K), other=0.0)
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()   # the next kernel may start reading its weights
+        tl.extra.cuda.gdc_wait()                # x (the previous kernel's output) is now complete
+    inv = tl.zeros([BLOCK_M], tl.float32)
+    if PROLOGUE == 1:   # 1/rms of each row of x, in float32 over all K (x is small and in L2)
+        for m in tl.static_range(M):
+            ss = tl.zeros([BLOCK_K], tl.float32)
+            for k0 in range(0, K, BLOCK_K):
+                xv = tl.load(X + m * stride_x + k0 + ks, mask=k0 + ks < K, other=0.0).to(tl.float32)
+                ss += xv * xv
+            inv = tl.where(ms == m, tl.math.rsqrt(tl.sum(ss, 0) / K + eps), inv)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    acc = _fold_tile(acc, w, X, NORM_W, inv, 0, K, stride_x, ms, ks, M, PROLOGUE, DT)
+    for k0 in range(BLOCK_K, K, BLOCK_K):
+        w = tl.load(w_ptrs + k0, mask=rmask[:, None] & (k0 + ks[None, :] < K), other=0.0)
+        acc = _fold_tile(acc, w, X, NORM_W, inv, k0, K, stride_x, ms, ks, M, PROLOGUE, DT)
+    y = acc.to(DT)                                   # the product rounded, as F.linear rounds it
+    omask = (ms[:, None] < M) & rmask[None, :]
+    if RESIDUAL:
+        r = tl.load(RES + ms[:, None] * stride_r + rows[None, :], mask=omask, other=0.0)
+        y = (y.to(tl.float32) + r.to(tl.float32)).to(DT)
+    tl.store(OUT + ms[:, None] * stride_o + rows[None, :], y, mask=omask)
+
+
+def gemv(weight: torch.Tensor, x: torch.Tensor, *, prologue: str = "plain", norm_weight: torch.Tensor | None = None,
+         eps: float = 1e-5, residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
+         pdl: bool = False, blocks: tuple[int, int] | None = None, num_warps: int | None = None) -> torch.Tensor:
+    """x [M, K] (or [M, 2K] for prologue="swiglu") -> [M, N] = prologue(x) @ weight.T (+ residual).
+
+    prologue: "plain", "norm" (RMSNorm with `norm_weight` and `eps` first) or "swiglu"
+    (silu(x[:, :K]) * x[:, K:] first). `out` may be `residual` itself (an in-place update).
+    Block shapes: `blocks` (and `num_warps`) when given, else `gemv_blocks`.
+    """
+    if prologue not in PROLOGUES:
+        raise ValueError(f"prologue must be one of {sorted(PROLOGUES)}, got {prologue!r}")
+    n, k = weight.shape
+    m = x.shape[0]
+    want_k = 2 * k if prologue == "swiglu" else k
+    if x.dim() != 2 or x.shape[1] != want_k:
+        raise ValueError(f"x must be [M, {want_k}] for a {n} x {k} weight with prologue {prologue!r}, "
+                         f"got {tuple(x.shape)}")
+    if not 1 <= m <= MAX_ROWS:
+        raise ValueError(f"{m} rows is outside [1, {MAX_ROWS}]: a larger batch is a matrix product")
+    if weight.stride(1) != 1 or x.stride(1) != 1:
+        raise ValueError("weight and x must be contiguous along K")
+    if prologue == "norm" and norm_weight is None:
+        raise ValueError("prologue='norm' needs norm_weight")
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device) if out is None else out
+    if residual is not None and residual.shape != (m, n):
+        raise ValueError(f"residual must be [{m}, {n}], got {tuple(residual.shape)}")
+    res = residual if residual is not None else out
+    args = (weight, x, out, res, norm_weight if norm_weight is not None else weight, n, k,
+            weight.stride(0), x.stride(0), out.stride(0), res.stride(0), eps)
+    shape = dict(M=m, BLOCK_M=max(2, triton.next_power_of_2(m)), PROLOGUE=PROLOGUES[prologue],
+                 RESIDUAL=residual is not None, PDL=pdl, **({"launch_pdl": True} if pdl else {}))
+    block_n, block_k = blocks or gemv_blocks(n, k, _sm_count(x.device))
+    _gemv_kernel[(triton.cdiv(n, block_n),)](*args, BLOCK_N=block_n, BLOCK_K=block_k,
+                                             num_warps=num_warps or NUM_WARPS, **shape)
+    return out
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 132   # the interpreter: block shapes as on the reference H200
+    return torch.cuda.get_device_properties(device).multi_processor_count

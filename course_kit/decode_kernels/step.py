@@ -1,0 +1,83 @@
+"""The course model's decode step in six Triton kernels a layer (notebook 05).
+
+`TritonDecodeStep(model)` computes what `model.decode(tokens, positions, cache)` computes, on the
+same weights and the same `StaticKVCache`, with a different kernel plan per layer:
+
+    eager step (models/llama.py)                   this step
+    RMSNorm, wqkv                                  1. gemv(wqkv, prologue="norm")
+    split, cos/sin, RoPE x2, K/V index_put x2      2. rope_append (RoPE, then K/V into the cache)
+    attention (two products and a softmax)         3. paged_decode_triton on the static cache,
+                                                   4. and the merge of its context slices
+    wo, residual add                               5. gemv(wo, residual=x)        (in place)
+    RMSNorm, w13, split, silu, mul                 6. gemv(w13, prologue="norm")
+    w2, residual add                               7. gemv(w2, prologue="swiglu", residual=x)
+(six or seven: the merge runs only when the context is cut into slices), then the final norm
+and the logits in one `gemv(prologue="norm")`, and the greedy token in two small kernels
+(`argmax.greedy_tokens`) instead of PyTorch's one-block reduction.
+
+Attention reuses notebook 06's paged decode kernel: a static cache row [n_kv, S, D] is a paged
+cache whose one block holds all S positions, so the block table is just the row number. Nothing
+here synchronises with the host and every shape is fixed for a batch size: the step can be
+captured in a CUDA graph (`DecodeGraphRunner(kernels="triton")`). On Hopper every kernel is
+launched with programmatic dependent launch (`pdl`), so each starts while the previous one ends.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..attention.paged_triton import paged_decode_triton
+from ..models import llama
+from .argmax import greedy_tokens
+from .gemv import HAS_PDL, gemv
+from .rope_append import rope_append
+
+
+def pdl_supported(device: torch.device) -> bool:
+    """Programmatic dependent launch needs Hopper (compute capability 9.0) or newer."""
+    return HAS_PDL and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+class TritonDecodeStep:
+    """A callable with `model.decode`'s signature: (tokens [B], positions [B], cache) -> logits [B, V]."""
+
+    def __init__(self, model: llama.Transformer, pdl: bool | None = None):
+        self.model, cfg = model, model.config
+        self.device = model.tok_embeddings.weight.device
+        self.pdl = pdl_supported(self.device) if pdl is None else pdl
+        if self.pdl and not pdl_supported(self.device):
+            raise ValueError(f"pdl=True needs a CUDA GPU of compute capability >= 9.0 and a Triton with "
+                             f"gdc_wait; this is {self.device}")
+        self.n_heads, self.eps, self.scale = cfg.n_heads, cfg.norm_eps, model.scale
+        self._tables: dict[int, torch.Tensor] = {}
+
+    def _table(self, b: int) -> torch.Tensor:
+        """Block table of a static cache: row r's one block is block r (made once per batch size,
+        before capture, so the graph reads a buffer that lives as long as the step)."""
+        if b not in self._tables:
+            self._tables[b] = torch.arange(b, dtype=torch.int32, device=self.device).view(b, 1)
+        return self._tables[b]
+
+    @torch.no_grad()
+    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, cache: llama.StaticKVCache) -> torch.Tensor:
+        model, b, pdl = self.model, tokens.shape[0], self.pdl
+        x = F.embedding(tokens, model.tok_embeddings.weight)          # the residual stream [B, dim]
+        context = (positions + 1).to(torch.int32)
+        table = self._table(b)
+        for i, layer in enumerate(model.layers):
+            attn, ffn = layer.attention, layer.feed_forward
+            qkv = gemv(attn.wqkv.weight, x, prologue="norm", norm_weight=layer.attention_norm.weight,
+                       eps=self.eps, pdl=pdl)
+            q = rope_append(qkv, positions, model.inv_freq, cache.k[i], cache.v[i], self.n_heads, pdl=pdl)
+            # [B, n_kv, S, D] read as [blocks=B, block_size=S, n_kv, D]: one block per row
+            k, v = cache.k[i].transpose(1, 2), cache.v[i].transpose(1, 2)
+            o = paged_decode_triton(q, k, v, table, context, self.scale, pdl=pdl)
+            gemv(attn.wo.weight, o.view(b, -1), residual=x, out=x, pdl=pdl)
+            h = gemv(ffn.w13.weight, x, prologue="norm", norm_weight=layer.ffn_norm.weight, eps=self.eps, pdl=pdl)
+            gemv(ffn.w2.weight, h, prologue="swiglu", residual=x, out=x, pdl=pdl)
+        head = model.tok_embeddings.weight if model.output is None else model.output.weight
+        return gemv(head, x, prologue="norm", norm_weight=model.norm.weight, eps=self.eps, pdl=pdl)
+
+    def greedy(self, logits: torch.Tensor) -> torch.Tensor:
+        """The greedy token of each row (`sampling.sample` at temperature 0), in two Triton kernels."""
+        return greedy_tokens(logits, pdl=self.pdl)

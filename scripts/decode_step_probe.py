@@ -1,0 +1,195 @@
+"""Tuning runs for issue 25: the Triton decode step (course_kit/decode_kernels) on a GPU.
+
+Three parts, one JSON file (written after each part, so a cut-off run keeps what it measured):
+1. "gemv": each of the layer's products (wqkv+norm, wo+residual, w13+norm, w2+swiglu+residual,
+   lm_head+norm) as 16 calls on 16 distinct weights inside one CUDA graph (so no call finds its
+   weights in L2), over block shapes (programs per SM, weights per tile) and warps, and `gemv_blocks`' pick,
+   against cuBLAS F.linear on the same chain; GB/s of weights read.
+2. "step": llama-1b and smollm-135m at batch 1 in the graph runner: the model's own step, the
+   Inductor-fused step and the Triton step without and with PDL; tokens against the eager step,
+   ms per token, GB/s, and a kernel profile.
+3. "fp32": the Triton step's greedy tokens against HF transformers in float32 (smollm-135m shape).
+
+    python scripts/decode_step_probe.py OUT.json [--parts gemv,step,fp32] [--tiles 4096,8192]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+import torch.nn.functional as F
+
+from course_kit import bench, cuda_graphs, roofline
+from course_kit.benchmarks.cuda_graphs import kernel_profile, prompts_for, time_steps
+from course_kit.benchmarks.model import hf_generate_tokens_per_s, weight_bytes  # noqa: F401
+from course_kit.decode_kernels import gemv as G
+from course_kit.decode_kernels import step as S
+from course_kit.models import llama
+
+CALLS = 16
+
+
+def product_shapes(cfg) -> dict[str, tuple[int, int, str, bool]]:
+    """name -> (N, K, prologue, residual) of the layer's products and the logits."""
+    qkv = (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
+    return {"wqkv+norm": (qkv, cfg.dim, "norm", False), "wo+residual": (cfg.dim, cfg.n_heads * cfg.head_dim, "plain", True),
+            "w13+norm": (2 * cfg.ffn_dim, cfg.dim, "norm", False),
+            "w2+swiglu+residual": (cfg.dim, cfg.ffn_dim, "swiglu", True),
+            "lm_head+norm": (cfg.vocab_size, cfg.dim, "norm", False)}
+
+
+def graph_us(fn, repeat: int = 30) -> float:
+    graph = cuda_graphs.capture(fn)
+    return bench.timeit(graph.replay, warmup=3, repeat=repeat, device="cuda").median_s * 1e6
+
+
+def sweep_gemv(cfg, tiles, per_sm, warps) -> list[dict]:
+    rows = []
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for name, (n, k, prologue, residual) in product_shapes(cfg).items():
+        calls = 4 if name.startswith("lm_head") else CALLS
+        ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(calls)]
+        x = torch.randn(1, 2 * k if prologue == "swiglu" else k, device="cuda", dtype=torch.bfloat16)
+        nw = torch.ones(k, device="cuda", dtype=torch.bfloat16)
+        res = torch.zeros(1, n, device="cuda", dtype=torch.bfloat16)
+        nbytes = sum(w.numel() * 2 for w in ws)
+        xin = x[:, :k] if prologue == "swiglu" else x
+        t = graph_us(lambda: [F.linear(xin, w) for w in ws])
+        rows.append({"product": name, "variant": "cublas", "us_per_call": t / calls, "gbs": nbytes / t / 1e3})
+        print(json.dumps(rows[-1]), flush=True)
+        def tuned():
+            for w in ws:
+                G.gemv(w, x, prologue=prologue, norm_weight=nw, residual=res if residual else None)
+        t = graph_us(tuned)
+        rows.append({"product": name, "variant": "triton gemv_blocks", "us_per_call": t / calls,
+                     "gbs": nbytes / t / 1e3, "blocks": G.gemv_blocks(n, k, sms)})
+        print(json.dumps(rows[-1]), flush=True)
+        seen = set()
+        for pps in per_sm:
+            for tile in tiles:
+                rows_ = max(1, n // (sms * pps))
+                bn = min(64, max(2, 1 << (rows_.bit_length() - 1)))
+                blocks = (bn, min(__import__("triton").next_power_of_2(k), max(64, tile // bn)))
+                for nw_ in warps:
+                    if (blocks, nw_) in seen:
+                        continue
+                    seen.add((blocks, nw_))
+                    row = {"product": name, "variant": "triton", "blocks": blocks, "warps": nw_,
+                           "programs_per_sm": pps, "tile": tile}
+                    try:
+                        def chain(blocks=blocks, nw_=nw_):
+                            for w in ws:
+                                G.gemv(w, x, prologue=prologue, norm_weight=nw, residual=res if residual else None,
+                                       blocks=blocks, num_warps=nw_)
+                        t = graph_us(chain)
+                        row.update(us_per_call=t / calls, gbs=nbytes / t / 1e3)
+                    except Exception as exc:  # noqa: BLE001 - a failing shape is a result
+                        row["error"] = f"{type(exc).__name__}: {exc}"[:200]
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+        del ws
+    return rows
+
+
+def step_rows(preset: str, copy_gbs: float, variants) -> list[dict]:
+    model = llama.Transformer.from_preset(preset, seed=0, dtype=torch.bfloat16, device="cuda")
+    cfg, rows = model.config, []
+    prompts = prompts_for(cfg, 1, 64)
+    check = prompts_for(cfg, 1, 32, seed=1)
+    want = cuda_graphs.DecodeGraphRunner(model, 1, 512, sizes=[1], use_graphs=False, verbose=False).generate(check, 32)
+    read = weight_bytes(model) + cfg.kv_bytes_per_token(torch.bfloat16) * 512
+    for name, kw, pdl in variants:
+        t0 = time.perf_counter()
+        knobs = kw.pop("knobs", {})
+        saved = {k: getattr(G, k) for k in knobs if hasattr(G, k)}
+        for k, v in knobs.items():
+            if hasattr(G, k):
+                setattr(G, k, v)
+        small_pdl = knobs.get("small_pdl", True)
+        for fn in ("paged_decode_triton",):
+            orig = getattr(S, "_orig_" + fn, None) or getattr(S, fn)
+            setattr(S, "_orig_" + fn, orig)
+            setattr(S, fn, orig if small_pdl else (lambda *a, _o=orig, **k: _o(*a, **{**k, "pdl": False})))
+        runner = cuda_graphs.DecodeGraphRunner(model, 1, 512, sizes=[1], verbose=False, **kw)
+        if pdl is not None:
+            runner.decode.pdl = pdl
+            runner.capture_all()
+        for k, v in saved.items():
+            setattr(G, k, v)
+        build_s = time.perf_counter() - t0
+        got = runner.generate(check, 32)
+        runner.generate(prompts, 2)
+        t = time_steps(runner.step, cfg, 1, 64, "cuda", 200)
+        prof = kernel_profile(lambda: runner.step(torch.ones(1, dtype=torch.long, device="cuda"),
+                                                  torch.full((1,), 9, device="cuda")))
+        rows.append({"preset": preset, "variant": name, "ms_per_token": t.median_s * 1e3,
+                     "tokens_per_s": 1 / t.median_s, "gbs": read / t.median_s / 1e9,
+                     "of_copy": read / t.median_s / 1e9 / copy_gbs, "build_s": build_s,
+                     "agreement_with_eager": sum(a == b for a, b in zip(got[0], want[0])) / len(want[0]),
+                     "kernels_per_step": prof.get("kernels_per_step"), "gpu_us_per_step": prof.get("gpu_us_per_step"),
+                     "top": prof.get("top")})
+        print(json.dumps({k: v for k, v in rows[-1].items() if k != "top"}), flush=True)
+        if kw.get("fuse"):
+            cuda_graphs.fuse_layers(model, enable=False)
+        del runner
+    return rows
+
+
+def fp32_check() -> dict:
+    model = llama.Transformer.from_preset("smollm-135m", seed=0, dtype=torch.float32, device="cuda")
+    hf = llama.to_hf(model)
+    prompts = prompts_for(model.config, 2, 24, seed=3)
+    runner = cuda_graphs.DecodeGraphRunner(model, 2, 128, verbose=False, kernels="triton")
+    got = runner.generate(prompts, 32)
+    want = []
+    for p in prompts:
+        ids = torch.tensor([p], device="cuda")
+        out = hf.generate(ids, max_new_tokens=32, do_sample=False, min_new_tokens=32)
+        want.append(out[0, len(p):].tolist())
+    return {"identical": got == want, "triton": got, "hf": want}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--parts", default="step,fp32,gemv")
+    ap.add_argument("--tiles", default="4096,8192,16384")
+    ap.add_argument("--per-sm", default="1,2,4")
+    ap.add_argument("--warps", default="4,8")
+    ap.add_argument("--baselines", action="store_true", help="also the model's own step and the Inductor-fused one")
+    args = ap.parse_args()
+    parts = args.parts.split(",")
+    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "triton": __import__("triton").__version__, "has_pdl": G.HAS_PDL}
+    result["copy_gbs"] = roofline.copy_bandwidth(1 << 30, device="cuda")["gbs"]
+    save = lambda: json.dump(result, open(args.out, "w"), indent=1)  # noqa: E731
+    if "step" in parts:
+        tri = lambda **knobs: {"kernels": "triton", "knobs": knobs}  # noqa: E731
+        variants = [("triton_graph", tri(), False), ("triton_graph_pdl", tri(), True),
+                    ("pdl late trigger", tri(LATE_TRIGGER=True), True),
+                    ("pdl 2/SM 8192", tri(PROGRAMS_PER_SM=2, SHORT_ROW_TILE=8192), True),
+                    ("pdl 2/SM 8192/8192", tri(PROGRAMS_PER_SM=2, SHORT_ROW_TILE=8192, LONG_ROW_TILE=8192), True),
+                    ("pdl 2/SM 8192/8192 late", tri(PROGRAMS_PER_SM=2, SHORT_ROW_TILE=8192, LONG_ROW_TILE=8192,
+                                                    LATE_TRIGGER=True), True),
+                    ("pdl 1/SM 16384", tri(PROGRAMS_PER_SM=1, SHORT_ROW_TILE=16384), True)]
+        if args.baselines:
+            variants = [("graph", {}, None), ("fused_graph", {"fuse": True}, None)] + variants
+        result["step"] = []
+        for preset in ("llama-1b", "smollm-135m"):
+            result["step"] += step_rows(preset, result["copy_gbs"], [(n, dict(kw), p) for n, kw, p in variants])
+            save()
+    if "fp32" in parts:
+        result["fp32_vs_hf"] = fp32_check()
+        print(json.dumps({"fp32_identical": result["fp32_vs_hf"]["identical"]}), flush=True)
+        save()
+    if "gemv" in parts:
+        ints = lambda s: [int(v) for v in s.split(",")]  # noqa: E731
+        result["gemv"] = sweep_gemv(llama.ModelConfig.from_preset("llama-1b"), ints(args.tiles),
+                                    ints(args.per_sm), ints(args.warps))
+        save()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""The Triton decode step (course_kit/decode_kernels, notebook 05), each kernel against an oracle.
+
+On a CPU the kernels run in Triton's interpreter on tiny shapes: the matrix-vector kernel against a
+float64 product of the eager step's own operations (RMSNorm module, F.silu), RoPE and the K/V append
+against `apply_rope` and the cache writes of `model.decode`, the argmax against torch.argmax, and the
+whole step against `model.decode`. On a GPU: the step in bf16 and fp32, with PDL, graph-captured,
+against the model's own step and HF transformers.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton")
+
+from course_kit import cuda_graphs as cg  # noqa: E402
+from course_kit.decode_explain import explain_hbm, explain_kernels, serial_profile  # noqa: E402
+from course_kit.decode_kernels import argmax, gemv as G, rope_append as R, step as S  # noqa: E402
+from course_kit.models import llama  # noqa: E402
+
+BF16_ULP = 2.0 ** -7   # relative spacing of bf16 numbers near 1
+
+
+def _rel(got, want):
+    return ((got.double() - want.double()).abs().max() / want.double().abs().max()).item()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_gemv_every_prologue_against_float64(dtype, rows):
+    g = torch.Generator().manual_seed(rows)
+    n, k = 40, 96                                        # neither a multiple of the blocks below
+    w = torch.randn(n, k, generator=g).to(dtype)
+    x = torch.randn(rows, k, generator=g).to(dtype)
+    gate_up = torch.randn(rows, 2 * k, generator=g).to(dtype)
+    res = torch.randn(rows, n, generator=g).to(dtype)
+    norm = llama.RMSNorm(k, 1e-5)
+    norm.weight.data = (torch.rand(k, generator=g) + 0.5).to(dtype)
+    tol = 1e-6 if dtype == torch.float32 else 2 * BF16_ULP
+    blocks = (8, 32)
+    wd = w.double()
+    # the oracle forms each input as the eager step does (in `dtype`), then multiplies in float64
+    assert _rel(G.gemv(w, x, blocks=blocks), x.double() @ wd.T) < tol
+    assert _rel(G.gemv(w, x, prologue="norm", norm_weight=norm.weight.data, blocks=blocks),
+                norm.to(dtype)(x).double() @ wd.T) < tol
+    act = (F.silu(gate_up[:, :k]) * gate_up[:, k:]).double()
+    assert _rel(G.gemv(w, gate_up, prologue="swiglu", residual=res, blocks=blocks),
+                act @ wd.T + res.double()) < tol
+
+
+def test_gemv_updates_the_residual_stream_in_place_and_uses_its_own_blocks():
+    g = torch.Generator().manual_seed(0)
+    w, x, r = torch.randn(64, 48, generator=g), torch.randn(2, 48, generator=g), torch.randn(2, 64, generator=g)
+    want = x @ w.T + r
+    out = G.gemv(w, x, residual=r, out=r)                 # default blocks: gemv_blocks
+    assert out is r
+    torch.testing.assert_close(r, want, rtol=1e-5, atol=1e-5)
+
+
+def test_gemv_names_the_bad_value():
+    w, x = torch.zeros(8, 16), torch.zeros(1, 16)
+    with pytest.raises(ValueError, match="prologue must be one of"):
+        G.gemv(w, x, prologue="gelu")
+    with pytest.raises(ValueError, match=r"x must be \[M, 32\]"):
+        G.gemv(w, x, prologue="swiglu")
+    with pytest.raises(ValueError, match=r"9 rows is outside \[1, 8\]"):
+        G.gemv(w, torch.zeros(9, 16))
+    with pytest.raises(ValueError, match="needs norm_weight"):
+        G.gemv(w, x, prologue="norm")
+    with pytest.raises(ValueError, match=r"residual must be \[1, 8\]"):
+        G.gemv(w, x, residual=torch.zeros(1, 9))
+    with pytest.raises(ValueError, match="positive"):
+        G.gemv_blocks(0, 16, 132)
+
+
+def test_gemv_blocks_fill_every_sm_and_give_the_shapes_measured_best_on_the_h200():
+    for n, k in [(3072, 2048), (16384, 2048), (2048, 8192), (128256, 2048), (960, 576), (64, 64)]:
+        bn, bk = G.gemv_blocks(n, k, 132)
+        assert bn & (bn - 1) == 0 and bk & (bk - 1) == 0 and 2 <= bn <= 64
+        assert bk <= max(128, 2 * k) and bn * bk <= max(G.TILE, 128 * bn)
+        if n >= 2 * 132 * 2:
+            assert -(-n // bn) >= 132 * G.PROGRAMS_PER_SM        # at least two programs an SM
+    # llama-1b's products: the blocks that won inside the whole step (logs/decode-probe-1-s7.json)
+    assert [G.gemv_blocks(n, k, 132) for n, k in [(3072, 2048), (2048, 2048), (16384, 2048), (2048, 8192),
+                                                  (128256, 2048)]] == [(8, 1024), (4, 2048), (32, 256), (4, 2048),
+                                                                       (64, 128)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_append_matches_apply_rope_and_the_cache_writes(dtype):
+    cfg = llama.ModelConfig.from_preset("tiny")
+    g = torch.Generator().manual_seed(1)
+    H, KV, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    qkv = torch.randn(2, (H + 2 * KV) * D, generator=g).to(dtype)
+    positions = torch.tensor([3, 17])
+    inv_freq = llama.rope_inv_freq(cfg)
+    k_cache, v_cache = torch.zeros(3, KV, 32, D, dtype=dtype), torch.zeros(3, KV, 32, D, dtype=dtype)
+    q_rot = R.rope_append(qkv, positions, inv_freq, k_cache, v_cache, H)
+    q, k, v = qkv.split([H * D, KV * D, KV * D], dim=-1)
+    angles = positions.float()[:, None] * inv_freq
+    cos, sin = angles.cos()[:, None, :].to(dtype), angles.sin()[:, None, :].to(dtype)
+    # cos and sin in float32 may differ in the last bit between Triton and torch; and Triton's
+    # interpreter rounds float32 to bf16 toward zero where the GPU rounds to nearest: a bf16 ulp
+    tol = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=2 * BF16_ULP, atol=4 * BF16_ULP)
+    torch.testing.assert_close(q_rot, llama.apply_rope(q.view(2, H, D), cos, sin), **tol)
+    k_want = llama.apply_rope(k.view(2, KV, D), cos, sin)
+    for row, p in enumerate(positions.tolist()):
+        torch.testing.assert_close(k_cache[row, :, p], k_want[row], **tol)
+        torch.testing.assert_close(v_cache[row, :, p], v.view(2, KV, D)[row], rtol=0, atol=0)
+    assert k_cache[2].abs().sum() == 0 and k_cache[0, :, :3].abs().sum() == 0   # nothing else written
+    with pytest.raises(ValueError, match="qkv must be a contiguous"):
+        R.rope_append(qkv[:, :-1], positions, inv_freq, k_cache, v_cache, H)
+
+
+def test_greedy_tokens_is_torch_argmax_ties_included():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 2500, generator=g).to(torch.bfloat16)      # 2500: not a multiple of BLOCK
+    logits[1, 2499] = 40.0
+    logits[2, 7] = logits[2, 1500] = 40.0                              # a tie: the first index wins
+    logits[0, :1024] = float("-inf")
+    assert argmax.greedy_tokens(logits).tolist() == logits.argmax(-1).tolist()
+    with pytest.raises(ValueError, match="contiguous along vocab"):
+        argmax.greedy_tokens(logits.T)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return llama.Transformer.from_preset("tiny", seed=0)
+
+
+def test_triton_step_is_model_decode_with_context_slices(tiny):
+    """Two rows at different positions; a 200-position cache is cut into several slices, so the
+    merge of the attention's slices runs too."""
+    caches = [llama.StaticKVCache(tiny.config, 2, 200) for _ in range(2)]
+    prompts = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]])
+    for c in caches:
+        tiny.prefill(prompts, c)
+    tokens, positions = torch.tensor([3, 4]), torch.tensor([6, 2])
+    want = tiny.decode(tokens, positions, caches[0])
+    got = S.TritonDecodeStep(tiny)(tokens, positions, caches[1])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(caches[1].k, caches[0].k, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(caches[1].v, caches[0].v, rtol=1e-6, atol=1e-6)   # v: a product, summed in another order
+
+
+def test_runner_with_triton_kernels_gives_the_eager_tokens(tiny):
+    prompts = [[1, 2, 3, 4, 5]]
+    want = cg.eager_generate(tiny, prompts, 4, max_seq=64, max_batch=1)
+    runner = cg.DecodeGraphRunner(tiny, 1, 64, kernels="triton", verbose=False)
+    assert runner.generate(prompts, 4) == want
+    with pytest.raises(ValueError, match="kernels must be one of"):
+        cg.DecodeGraphRunner(tiny, 1, 64, kernels="cuda", verbose=False)
+    with pytest.raises(ValueError, match="choose one"):
+        cg.DecodeGraphRunner(tiny, 1, 64, kernels="triton", fuse=True, verbose=False)
+    with pytest.raises(ValueError, match="at most 8 rows"):
+        cg.DecodeGraphRunner(tiny, 16, 64, kernels="triton", verbose=False)
+    with pytest.raises(ValueError, match="pdl=True needs"):
+        S.TritonDecodeStep(tiny, pdl=True)
+
+
+# ----------------------------------------------------------------------------- the record's words
+
+def _forms_record(pdl_ms: float) -> tuple[dict, list[dict]]:
+    nbytes = 2.6e9
+    rows = [{"preset": "llama-1b", "variant": v, "batch": 1, "ms_per_step": ms, "bytes_per_token": nbytes}
+            for v, ms in (("graph", 2.3), ("fused_graph", 1.23), ("triton_graph", 1.0), ("triton_graph_pdl", pdl_ms))]
+    serial = {"kernels_per_step": 107, "gpu_us_per_step": 950.0,
+              "top": [{"kernel": "_gemv_kernel", "calls_per_step": 65, "us_per_step": 800.0},
+                      {"kernel": "_paged_decode_kernel", "calls_per_step": 16, "us_per_step": 52.0},
+                      {"kernel": "_merge_splits_kernel", "calls_per_step": 16, "us_per_step": 22.0},
+                      {"kernel": "_rope_append_kernel", "calls_per_step": 16, "us_per_step": 32.0}]}
+    overlapped = {"kernels_per_step": 107, "gpu_us_per_step": 1900.0, "top": serial["top"]}
+    best = min(rows, key=lambda r: r["ms_per_step"])["variant"]
+    s = {"copy_gbs": 4260.0, "hbm_variant": best, "big_ms_per_token": min(r["ms_per_step"] for r in rows),
+         "hbm_gbs": 2800.0, "hbm_fraction": 0.66,
+         "big_profiles": {"graph": {"kernels_per_step": 413}, "fused_graph": {"kernels_per_step": 253},
+                          "triton_graph": serial, "triton_graph_pdl": overlapped}}
+    s["profile_big_b1"] = s["big_profiles"][best]
+    return s, rows
+
+
+def test_explain_kernels_walks_the_forms_and_breaks_down_the_serial_profile():
+    s, rows = _forms_record(pdl_ms=0.9)
+    text = explain_kernels(s, rows)
+    assert "1.87x faster than the form before" in text          # Inductor: 2.3 -> 1.23 ms
+    assert "1.23x faster than the form before" in text          # Triton: 1.23 -> 1.0 ms
+    assert "1.11x faster than the form before" in text          # PDL: 1.0 -> 0.9 ms
+    assert "in 107 kernels" in text and "matrix-vector products 800 µs in 65 kernels" in text
+    assert "attention 74 µs in 32 kernels" in text and "under PDL" in text
+    assert "changed the step by -100 µs" in text
+    assert serial_profile(s)[0] == "triton_graph"
+    assert "Profiled without PDL" in explain_hbm(s, rows) and "1900" not in explain_hbm(s, rows)
+
+
+def test_explain_kernels_says_slower_when_pdl_is_slower():
+    s, rows = _forms_record(pdl_ms=1.05)
+    text = explain_kernels(s, rows)
+    assert "1.05x slower than the form before" in text
+    assert "Where the time goes, from the profile of its kernels" in text    # the best form has no PDL
+    assert "changed the step" not in text
+    assert explain_kernels({}, []) == "no llama-1b decode forms in this record"
+
+
+# ----------------------------------------------------------------------------- on the GPU
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_triton_step_matches_model_decode(dtype):
+    model = llama.Transformer.from_preset("smollm-135m", seed=0, dtype=dtype, device="cuda")
+    caches = [llama.StaticKVCache(model.config, 2, 256, dtype, "cuda") for _ in range(2)]
+    prompt = torch.randint(1, 1000, (2, 40), generator=torch.Generator().manual_seed(0)).cuda()
+    for c in caches:
+        model.prefill(prompt, c)
+    tokens, positions = torch.tensor([5, 6], device="cuda"), torch.tensor([40, 33], device="cuda")
+    want = model.decode(tokens, positions, caches[0]).float()
+    got = S.TritonDecodeStep(model)(tokens, positions, caches[1]).float()
+    assert _rel(got, want) < (1e-5 if dtype == torch.float32 else 3e-2)
+
+
+@pytest.mark.gpu
+def test_gpu_triton_runner_gives_hf_greedy_tokens_in_fp32():
+    from course_kit.benchmarks.batching import _hf_generate_greedy
+    model = llama.Transformer.from_preset("smollm-135m", seed=0, dtype=torch.float32, device="cuda")
+    hf = llama.to_hf(model)
+    prompts = [torch.randint(1, 40000, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (7, 20)]
+    runner = cg.DecodeGraphRunner(model, 2, 128, kernels="triton", verbose=False)
+    assert runner.use_graphs
+    assert runner.generate(prompts, 24) == [_hf_generate_greedy(hf, p, 24) for p in prompts]
