@@ -54,6 +54,10 @@ ROWS: tuple[Row, ...] = (
     Row("h200", "cuda_graphs", "decode graph runner over HF generate, batch 1", _key("runner_vs_hf_generate"), "x", 20.0),
     Row("h200", "cuda_graphs", "llama-1b batch-1 decode: fraction of copy bandwidth", _key("hbm_fraction"),
         "fraction", 0.73),
+    Row("h200", "cuda_graphs", "llama-1b batch-1 decode: time per token", _key("big_ms_per_token"), "ms", 0.80,
+        at_most=True),
+    Row("h200", "cuda_graphs", "smollm-135m batch-1 decode, best runner", _key("runner_tokens_per_s_b1"), "tokens/s",
+        2000.0),
     Row("h200", "model", "course decode step over HF's, llama-1b", _key("llama-1b_speedup_vs_hf"), "x"),
     Row("h200", "batching", "continuous over static batching", _key("continuous_vs_static"), "x", 1.6),
     Row("h200", "batching", "engine over HF generate_batch", _key("engine_vs_hf_generate_batch"), "x", 10.0),
@@ -86,6 +90,8 @@ def _fmt(value: float, unit: str) -> str:
         return f"{value:.2f}x"
     if unit == "fraction":
         return f"{value:.1%}"
+    if unit == "ms":
+        return f"{value:.3f} ms"
     return f"{value:,.1f} {unit}"
 
 

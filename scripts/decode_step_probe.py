@@ -158,6 +158,7 @@ def main() -> None:
     ap.add_argument("--tiles", default="4096,8192,16384")
     ap.add_argument("--per-sm", default="1,2,4")
     ap.add_argument("--warps", default="4,8")
+    ap.add_argument("--presets", default="llama-1b,smollm-135m")
     ap.add_argument("--baselines", action="store_true", help="also the model's own step and the Inductor-fused one")
     args = ap.parse_args()
     parts = args.parts.split(",")
@@ -167,17 +168,16 @@ def main() -> None:
     save = lambda: json.dump(result, open(args.out, "w"), indent=1)  # noqa: E731
     if "step" in parts:
         tri = lambda **knobs: {"kernels": "triton", "knobs": knobs}  # noqa: E731
-        variants = [("triton_graph", tri(), False), ("triton_graph_pdl", tri(), True),
-                    ("pdl late trigger", tri(LATE_TRIGGER=True), True),
-                    ("pdl 2/SM 8192", tri(PROGRAMS_PER_SM=2, SHORT_ROW_TILE=8192), True),
-                    ("pdl 2/SM 8192/8192", tri(PROGRAMS_PER_SM=2, SHORT_ROW_TILE=8192, LONG_ROW_TILE=8192), True),
-                    ("pdl 2/SM 8192/8192 late", tri(PROGRAMS_PER_SM=2, SHORT_ROW_TILE=8192, LONG_ROW_TILE=8192,
-                                                    LATE_TRIGGER=True), True),
-                    ("pdl 1/SM 16384", tri(PROGRAMS_PER_SM=1, SHORT_ROW_TILE=16384), True)]
+        variants = [("triton_graph_pdl", tri(), True),
+                    ("pdl 8 warps", tri(NUM_WARPS=8), True),
+                    ("pdl 3/SM", tri(PROGRAMS_PER_SM=3), True),
+                    ("pdl tile 16384", tri(TILE=16384), True),
+                    ("pdl tile 4096", tri(TILE=4096), True),
+                    ("pdl 1/SM", tri(PROGRAMS_PER_SM=1), True)]
         if args.baselines:
             variants = [("graph", {}, None), ("fused_graph", {"fuse": True}, None)] + variants
         result["step"] = []
-        for preset in ("llama-1b", "smollm-135m"):
+        for preset in args.presets.split(","):
             result["step"] += step_rows(preset, result["copy_gbs"], [(n, dict(kw), p) for n, kw, p in variants])
             save()
     if "fp32" in parts:

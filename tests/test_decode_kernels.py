@@ -13,7 +13,7 @@ import torch.nn.functional as F
 pytest.importorskip("triton")
 
 from course_kit import cuda_graphs as cg  # noqa: E402
-from course_kit.decode_explain import explain_hbm, explain_kernels, serial_profile  # noqa: E402
+from course_kit.decode_explain import explain_hbm, explain_kernels, forms_table, serial_profile  # noqa: E402
 from course_kit.decode_kernels import argmax, gemv as G, rope_append as R, step as S  # noqa: E402
 from course_kit.models import llama  # noqa: E402
 
@@ -188,7 +188,14 @@ def test_explain_kernels_walks_the_forms_and_breaks_down_the_serial_profile():
     assert "attention 74 µs in 32 kernels" in text and "under PDL" in text
     assert "changed the step by -100 µs" in text
     assert serial_profile(s)[0] == "triton_graph"
-    assert "Profiled without PDL" in explain_hbm(s, rows) and "1900" not in explain_hbm(s, rows)
+    table = forms_table(s, rows)
+    assert [t["ms_per_token"] for t in table] == [2.3, 1.23, 1.0, 0.9]
+    assert table[2]["gpu_busy_us"] == 950.0 and table[3]["gpu_busy_us"] is None     # overlapped under PDL
+    assert table[3]["kernels"] == 107 and table[0]["gbs"] is None
+    hbm = explain_hbm(s, rows)
+    assert "Profiled without PDL" in hbm and "1900" not in hbm
+    assert "the PDL step, 900 µs, is 1.06x faster than that sum" in hbm and "would reach" not in hbm
+    assert "(attention, RoPE and the K/V append: about 42 kernels)" in hbm   # no norms or adds: folded in
 
 
 def test_explain_kernels_says_slower_when_pdl_is_slower():
@@ -197,6 +204,8 @@ def test_explain_kernels_says_slower_when_pdl_is_slower():
     assert "1.05x slower than the form before" in text
     assert "Where the time goes, from the profile of its kernels" in text    # the best form has no PDL
     assert "changed the step" not in text
+    hbm = explain_hbm(s, rows)
+    assert "Profiled without PDL" not in hbm and "launch gaps are not the limit" in hbm
     assert explain_kernels({}, []) == "no llama-1b decode forms in this record"
 
 

@@ -46,7 +46,8 @@ import torch
 from course_kit import bench, buckets, cuda_graphs as cg, narrate, notebook
 from course_kit.engine import trace
 from course_kit.attention import availability
-from course_kit.decode_explain import explain_hbm, explain_kernels, explain_reduce_overhead, explain_reduce_overhead_live
+from course_kit.decode_explain import (explain_hbm, explain_kernels, explain_reduce_overhead,
+                                      explain_reduce_overhead_live, forms_table)
 from course_kit.models import llama, sampling
 from course_kit.notebook import md, show_source
 from course_kit.plots import cuda_graphs as cplots
@@ -332,6 +333,11 @@ if REF and any(r.get("variant") == "triton_graph_pdl" or r.get("variant") == "tr
                for r in REF["results"] if r.get("preset") == "llama-1b"):
     md("**Recorded on the reference H200, the llama-1b step one change at a time:** "
        + explain_kernels(REF["summary"], REF["results"]))
+    cell = lambda v, fmt: "n/a" if v is None else format(v, fmt)  # noqa: E731
+    md("| form | ms per token | kernels | GPU busy (µs) | GB/s read | of copy |\n|---|---|---|---|---|---|\n" + "\n".join(
+        f"| {t['form']} | {t['ms_per_token']:.3f} | {cell(t['kernels'], '.0f')} | {cell(t['gpu_busy_us'], '.0f')} "
+        f"| {cell(t['gbs'], ',.0f')} | {cell(t['of_copy'], '.0%')} |" for t in forms_table(REF["summary"], REF["results"]))
+       + "\n\n(GPU busy is left out under PDL: there a kernel's profiled time includes its wait for the one before.)")
     fp32 = REF["summary"].get("triton_fp32_vs_hf") or {}
     if fp32:
         md(f"In float32 the Triton step's greedy tokens were **{'identical to' if fp32['identical'] else 'different from'}** "
