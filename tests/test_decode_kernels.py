@@ -157,6 +157,15 @@ def test_runner_with_triton_kernels_gives_the_eager_tokens(tiny):
         S.TritonDecodeStep(tiny, pdl=True)
 
 
+def test_triton_step_on_tensor_parallel_shards_is_the_unsharded_step():
+    """Two ranks (gloo, the interpreter): each runs the Triton step on its shard; the row-parallel
+    products are summed by all-reduce (rank 0 carrying the residual) and the vocabulary gathered."""
+    from course_kit.parallel import launcher, tp_llama
+    for r in launcher.get_pool(2, "gloo").run(tp_llama.check_tp_triton_step):
+        assert r["logits_err"] < 1e-5, r
+        assert r["tokens"] == r["want"]
+
+
 # ----------------------------------------------------------------------------- the record's words
 
 def _forms_record(pdl_ms: float) -> tuple[dict, list[dict]]:

@@ -54,6 +54,10 @@ def test_topic_smoke_on_gpus():
             # replaying the captured kernels gives the eager tokens exactly (compiled code fuses
             # element-wise ops, so its rounding may differ: it is only required to run)
             assert row["cuda_graph_tokens_equal_eager"]
+            # notebook 05's Triton step on each rank's shard, captured with the all-reduces inside
+            assert "triton_graph" in row["s_per_token_by_mode"], row.get("triton_graph_error")
+            if "fp32_triton_tokens_identical" in row:
+                assert row["fp32_triton_tokens_identical"]
 
 
 @pytest.mark.gpu

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from ..attention.paged_triton import paged_decode_triton
 from ..models import llama
+from ..parallel.comm import all_reduce_sum, gather_from_tp_region, world
 from .argmax import greedy_tokens
 from .gemv import HAS_PDL, gemv
 from .rope_append import rope_append
@@ -50,6 +51,13 @@ class TritonDecodeStep:
                              f"gdc_wait; this is {self.device}")
         self.n_heads, self.eps, self.scale = cfg.n_heads, cfg.norm_eps, model.scale
         self._tables: dict[int, torch.Tensor] = {}
+        # a tensor-parallel shard (parallel/tp_llama.py) holds a slice of every weight and a
+        # vocabulary slice of the head, `lm_head`; its products are summed or gathered across ranks
+        self.group = getattr(model, "group", None)
+        self.rank, self.world = world(self.group)
+        self.head = getattr(model, "lm_head", None)
+        if self.head is None:
+            self.head = model.tok_embeddings.weight if model.output is None else model.output.weight
 
     def _table(self, b: int) -> torch.Tensor:
         """Block table of a static cache: row r's one block is block r (made once per batch size,
@@ -72,11 +80,20 @@ class TritonDecodeStep:
             # [B, n_kv, S, D] read as [blocks=B, block_size=S, n_kv, D]: one block per row
             k, v = cache.k[i].transpose(1, 2), cache.v[i].transpose(1, 2)
             o = paged_decode_triton(q, k, v, table, context, self.scale, pdl=pdl)
-            gemv(attn.wo.weight, o.view(b, -1), residual=x, out=x, pdl=pdl)
+            x = self._add_product(attn.wo.weight, o.view(b, -1), x, "plain")
             h = gemv(ffn.w13.weight, x, prologue="norm", norm_weight=layer.ffn_norm.weight, eps=self.eps, pdl=pdl)
-            gemv(ffn.w2.weight, h, prologue="swiglu", residual=x, out=x, pdl=pdl)
-        head = model.tok_embeddings.weight if model.output is None else model.output.weight
-        return gemv(head, x, prologue="norm", norm_weight=model.norm.weight, eps=self.eps, pdl=pdl)
+            x = self._add_product(ffn.w2.weight, h, x, "swiglu")
+        logits = gemv(self.head, x, prologue="norm", norm_weight=model.norm.weight, eps=self.eps, pdl=pdl)
+        return gather_from_tp_region(logits, self.group) if self.world > 1 else logits
+
+    def _add_product(self, weight: torch.Tensor, h: torch.Tensor, x: torch.Tensor, prologue: str) -> torch.Tensor:
+        """x + prologue(h) @ weight.T. On one GPU the sum is written into x in place. Under tensor
+        parallelism each rank holds a slice of K (row parallel): the ranks' products are summed by
+        one all-reduce, and only rank 0 adds x, so that x enters the sum once."""
+        if self.world == 1:
+            return gemv(weight, h, prologue=prologue, residual=x, out=x, pdl=self.pdl)
+        part = gemv(weight, h, prologue=prologue, residual=x if self.rank == 0 else None, pdl=self.pdl)
+        return all_reduce_sum(part, self.group)
 
     def greedy(self, logits: torch.Tensor) -> torch.Tensor:
         """The greedy token of each row (`sampling.sample` at temperature 0), in two Triton kernels."""

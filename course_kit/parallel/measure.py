@@ -163,14 +163,24 @@ def _time_graph_mode(name: str, fn: Callable[[], None], run: Callable, modes: di
     del graph
 
 
+def _triton_step(model: llama.Transformer) -> Any:
+    """The Triton decode step on this model (or shard), or None where Triton cannot run."""
+    from ..attention.availability import triton_status
+    if not triton_status()[0]:
+        return None
+    from ..decode_kernels.step import TritonDecodeStep
+    return TritonDecodeStep(model)
+
+
 @torch.inference_mode()
 def decode_on_rank(rank: int, world_size: int, model_name: str, dtype: str, prompt_len: int = 16,
                    new_tokens: int = 64, use_graph: bool = True, use_compile: bool = False,
                    seed: int = 0) -> dict[str, Any]:
     """Greedy decode of batch 1: tokens and time per token in each mode that works here.
 
-    Modes: eager; the step captured in a CUDA graph (GPUs); torch.compile'd and captured
-    (opt-in: it fuses the many small element-wise kernels of a decode step). World 1 runs the
+    Modes: eager; the step captured in a CUDA graph (GPUs); notebook 05's Triton step captured
+    (GPUs; its tokens are also taken, uncaptured, when use_graph is False: the float32 check);
+    torch.compile'd and captured (opt-in: it fuses the many small element-wise kernels of a decode step). World 1 runs the
     unsharded course model; larger worlds run its TP shards (shard_llama). There, in half
     precision on GPUs, the graph is timed once with NCCL's all-reduce (mode cuda_graph_nccl), then
     every graph mode uses the one-shot all-reduce of oneshot.py where symmetric memory works
@@ -188,9 +198,10 @@ def decode_on_rank(rank: int, world_size: int, model_name: str, dtype: str, prom
     tok = first.clone()
     pos = torch.full((1,), prompt_len, dtype=torch.long, device=dev)
 
-    def make_step(decode: Callable[..., torch.Tensor]) -> Callable[[], None]:
+    def make_step(decode: Callable[..., torch.Tensor],
+                  pick: Callable[[torch.Tensor], torch.Tensor] = lambda logits: logits.argmax(-1)) -> Callable[[], None]:
         def step() -> None:
-            tok.copy_(decode(tok, pos, cache).argmax(-1))
+            tok.copy_(pick(decode(tok, pos, cache)))
             pos.add_(1)
         return step
 
@@ -216,8 +227,16 @@ def decode_on_rank(rank: int, world_size: int, model_name: str, dtype: str, prom
                            "tokens": eager_tokens}
     modes: dict[str, float] = {"eager": eager_s}
     variants: list[tuple[str, Callable[[], None]]] = []
+    triton_step = _triton_step(model) if dev.type == "cuda" else None
+    if triton_step is not None and not use_graph:   # the check run: the Triton step's tokens too
+        try:
+            row["triton_tokens"], _ = run(make_step(triton_step, triton_step.greedy))
+        except Exception as e:  # noqa: BLE001 - record why, keep the other modes
+            row["triton_error"] = f"{type(e).__name__}: {e}"[:300]
     if use_graph and dev.type == "cuda":
         variants.append(("cuda_graph", step))
+        if triton_step is not None:   # notebook 05's kernels (decode_kernels), on this rank's shard
+            variants.append(("triton_graph", make_step(triton_step, triton_step.greedy)))
     if use_compile and dev.type == "cuda":
         try:
             compiled = torch.compile(model.decode, dynamic=False)

@@ -97,6 +97,23 @@ def _copy_shards(model: llama.Transformer, tp: TPTransformer, rank: int, n: int,
                                                 group=group)
 
 
+def check_tp_triton_step(rank: int, world_size: int, preset: str = "tiny", seed: int = 0) -> dict[str, Any]:
+    """One decode step of the Triton kernels (decode_kernels, notebook 05) on this rank's shard,
+    against the unsharded model's own step: logits' relative error (fp32) and greedy tokens."""
+    from ..decode_kernels.step import TritonDecodeStep
+    model = llama.Transformer.from_preset(preset, seed=seed, dtype=torch.float32)
+    tp = shard_llama(model)
+    caches = [llama.StaticKVCache(m.config, 2, 200) for m in (model, tp)]   # 200 keys: several slices
+    prompts = torch.randint(0, model.config.vocab_size, (2, 6), generator=torch.Generator().manual_seed(seed))
+    model.prefill(prompts, caches[0])
+    tp.prefill(prompts, caches[1])
+    tokens, positions = torch.tensor([3, 4]), torch.tensor([6, 2])
+    want = model.decode(tokens, positions, caches[0])
+    got = TritonDecodeStep(tp)(tokens, positions, caches[1])
+    return {"logits_err": float((got - want).abs().max() / want.abs().max()),
+            "tokens": got.argmax(-1).tolist(), "want": want.argmax(-1).tolist()}
+
+
 def check_tp_llama(rank: int, world_size: int, preset: str = "tiny", new_tokens: int = 8,
                    seed: int = 0) -> dict[str, Any]:
     """Greedy tokens and logits of the sharded course model against the unsharded one."""

@@ -236,6 +236,9 @@ def explain_speedups(record: Mapping[str, Any]) -> str:
         line = (f"TP=2 decode of the {r['model']} shape ({r['speedup_mode'].replace('_', ' ')}) runs "
                 f"**{ratio_words(r['speedup'])}** one GPU; its float32 greedy tokens "
                 f"{'equal' if r.get('fp32_tokens_identical') else 'differ from'} one GPU's.")
+        if "fp32_triton_tokens_identical" in r:
+            line += (f" With notebook 05's Triton kernels on each GPU's shard, the float32 greedy tokens "
+                     f"{'equal' if r['fp32_triton_tokens_identical'] else 'differ from'} one GPU's eager step's.")
         by = r.get("s_per_token_by_mode", {})
         if "cuda_graph_nccl" in by and "cuda_graph" in by and r.get("all_reduce") == "one_shot":
             line += (f" Captured in a CUDA graph, the step with the one-shot all-reduce runs "
