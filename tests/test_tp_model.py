@@ -92,8 +92,11 @@ def test_speedup_sentences_follow_the_record_both_ways():
     for r in slow["results"]:
         if r["name"] == "decode" and r["tp"] == 2:
             r["speedup"], r["fp32_tokens_identical"] = 0.5, False
+            r["fp32_triton_tokens_identical"] = False
     text = T.explain_speedups(slow)
     assert "1.25x slower than** one GPU" in text and "2.00x slower than" in text and "differ from" in text
+    assert "Triton kernels on each GPU's shard, the float32 greedy tokens differ from" in text
+    assert "Triton kernels on each GPU's shard, the float32 greedy tokens equal" in T.explain_speedups(REC)
     with pytest.raises(ValueError, match="TP=2"):
         T.explain_speedups({"summary": {}, "results": []})
 
