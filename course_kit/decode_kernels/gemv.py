@@ -1,9 +1,12 @@
 """Matrix-vector products that stream weights at the copy rate, with the layer's small ops folded in.
 
 Notebook 05. y[m, n] = sum_k W[n, k] * x[m, k] for a handful of rows m (the batch, at most
-MAX_ROWS). Why not cuBLAS? At batch 1 a product is a pure read of W; what decides its speed is
-how many bytes each SM keeps in flight and how long the kernel's start and tail leave the memory
-idle. So each program owns BLOCK_N rows of W and walks K in tiles of BLOCK_N x BLOCK_K, wide enough
+MAX_ROWS). Why not cuBLAS? Alone, a product runs at about the same speed either way (the H200
+sweep in data/reference/h200/logs/decode-probe-1-s7.json: faster on some shapes, slower on one).
+What a kernel of our own adds is room for the layer's small operations, and a launch that
+overlaps its neighbours (PDL, below). At batch 1 a product is a pure read of W; what decides its
+speed is how many bytes each SM keeps in flight and how long the kernel's start and tail leave
+the memory idle. So each program owns BLOCK_N rows of W and walks K in tiles of BLOCK_N x BLOCK_K, wide enough
 (16 KiB of bf16) that one load keeps an SM's memory pipe busy; there are enough programs to give
 every SM two (`gemv_blocks`). No split-K, so no atomics and no reduction kernel: the sums are the
 same every run.

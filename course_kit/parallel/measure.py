@@ -180,9 +180,10 @@ def decode_on_rank(rank: int, world_size: int, model_name: str, dtype: str, prom
 
     Modes: eager; the step captured in a CUDA graph (GPUs); notebook 05's Triton step captured
     (GPUs; its tokens are also taken, uncaptured, when use_graph is False: the float32 check);
-    torch.compile'd and captured (opt-in: it fuses the many small element-wise kernels of a decode step). World 1 runs the
-    unsharded course model; larger worlds run its TP shards (shard_llama). There, in half
-    precision on GPUs, the graph is timed once with NCCL's all-reduce (mode cuda_graph_nccl), then
+    torch.compile'd and captured (opt-in: it fuses the many small element-wise kernels of a
+    decode step). World 1 runs the unsharded course model; larger worlds run its TP shards
+    (shard_llama). There, in half precision on GPUs, the graph is timed once with NCCL's
+    all-reduce (mode cuda_graph_nccl), then
     every graph mode uses the one-shot all-reduce of oneshot.py where symmetric memory works
     (row["all_reduce"] says which).
     """
@@ -199,7 +200,7 @@ def decode_on_rank(rank: int, world_size: int, model_name: str, dtype: str, prom
     pos = torch.full((1,), prompt_len, dtype=torch.long, device=dev)
 
     def make_step(decode: Callable[..., torch.Tensor],
-                  pick: Callable[[torch.Tensor], torch.Tensor] = lambda logits: logits.argmax(-1)) -> Callable[[], None]:
+                  pick: Callable[[torch.Tensor], torch.Tensor] = lambda x: x.argmax(-1)) -> Callable[[], None]:
         def step() -> None:
             tok.copy_(pick(decode(tok, pos, cache)))
             pos.add_(1)
