@@ -5,9 +5,11 @@ Three parts, one JSON file (written after each part, so a cut-off run keeps what
    lm_head+norm) as 16 calls on 16 distinct weights inside one CUDA graph (so no call finds its
    weights in L2), over block shapes (programs per SM, weights per tile) and warps, and `gemv_blocks`' pick,
    against cuBLAS F.linear on the same chain; GB/s of weights read.
-2. "step": llama-1b and smollm-135m at batch 1 in the graph runner: the model's own step, the
-   Inductor-fused step and the Triton step without and with PDL; tokens against the eager step,
-   ms per token, GB/s, and a kernel profile.
+2. "step": llama-1b and smollm-135m (--presets) at batch 1 in the graph runner: the Triton step
+   over launch and block settings (module constants of decode_kernels.gemv, set per variant) and
+   candidate kernels not yet in the package (scripts/decode_qkv_rope.py); --baselines adds the
+   model's own step and the Inductor-fused one. Tokens against the eager step, ms per token, GB/s
+   and a kernel profile. The variant list is the last round's; earlier rounds' are in the logs.
 3. "fp32": the Triton step's greedy tokens against HF transformers in float32 (smollm-135m shape).
 
     python scripts/decode_step_probe.py OUT.json [--parts gemv,step,fp32] [--tiles 4096,8192]
@@ -107,13 +109,17 @@ def step_rows(preset: str, copy_gbs: float, variants) -> list[dict]:
         for k, v in knobs.items():
             if hasattr(G, k):
                 setattr(G, k, v)
-        small_pdl = knobs.get("small_pdl", True)
+        small_pdl = knobs.get("small_pdl", True)   # False: PDL on the products only
         for fn in ("paged_decode_triton",):
             orig = getattr(S, "_orig_" + fn, None) or getattr(S, fn)
             setattr(S, "_orig_" + fn, orig)
             setattr(S, fn, orig if small_pdl else (lambda *a, _o=orig, **k: _o(*a, **{**k, "pdl": False})))
         runner = cuda_graphs.DecodeGraphRunner(model, 1, 512, sizes=[1], verbose=False, **kw)
-        if pdl is not None:
+        if knobs.get("step") == "qkv_rope":   # scripts/decode_qkv_rope.py: one kernel fewer per layer
+            from decode_qkv_rope import QkvRopeStep
+            runner.decode = QkvRopeStep(model, pdl=pdl)
+            runner.capture_all()
+        elif pdl is not None:
             runner.decode.pdl = pdl
             runner.capture_all()
         for k, v in saved.items():
@@ -169,11 +175,9 @@ def main() -> None:
     if "step" in parts:
         tri = lambda **knobs: {"kernels": "triton", "knobs": knobs}  # noqa: E731
         variants = [("triton_graph_pdl", tri(), True),
-                    ("pdl 8 warps", tri(NUM_WARPS=8), True),
+                    ("qkv+rope in one kernel", tri(step="qkv_rope"), True),
                     ("pdl 3/SM", tri(PROGRAMS_PER_SM=3), True),
-                    ("pdl tile 16384", tri(TILE=16384), True),
-                    ("pdl tile 4096", tri(TILE=4096), True),
-                    ("pdl 1/SM", tri(PROGRAMS_PER_SM=1), True)]
+                    ("qkv+rope in one kernel, 3/SM", tri(step="qkv_rope", PROGRAMS_PER_SM=3), True)]
         if args.baselines:
             variants = [("graph", {}, None), ("fused_graph", {"fuse": True}, None)] + variants
         result["step"] = []

@@ -243,3 +243,17 @@ def test_gpu_triton_runner_gives_hf_greedy_tokens_in_fp32():
     runner = cg.DecodeGraphRunner(model, 2, 128, kernels="triton", verbose=False)
     assert runner.use_graphs
     assert runner.generate(prompts, 24) == [_hf_generate_greedy(hf, p, 24) for p in prompts]
+
+
+def test_candidate_qkv_rope_kernel_in_scripts_is_the_packaged_step():
+    """scripts/decode_qkv_rope.py (issue 25's next candidate, not yet measured on a GPU) must stay
+    exactly the package's step: same logits, same cache, with RoPE in the q/k/v product's store."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "decode_qkv_rope.py"
+    spec = importlib.util.spec_from_file_location("decode_qkv_rope", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    order = mod.pair_rows(2, 1, 8)
+    assert order.tolist()[:8] == [0, 4, 1, 5, 2, 6, 3, 7] and order.tolist()[24:] == list(range(24, 32))
+    assert mod.check(torch.float32) == 0.0

@@ -74,9 +74,7 @@ class TritonDecodeStep:
         table = self._table(b)
         for i, layer in enumerate(model.layers):
             attn, ffn = layer.attention, layer.feed_forward
-            qkv = gemv(attn.wqkv.weight, x, prologue="norm", norm_weight=layer.attention_norm.weight,
-                       eps=self.eps, pdl=pdl)
-            q = rope_append(qkv, positions, model.inv_freq, cache.k[i], cache.v[i], self.n_heads, pdl=pdl)
+            q = self.attention_inputs(i, x, positions, cache)
             # [B, n_kv, S, D] read as [blocks=B, block_size=S, n_kv, D]: one block per row
             k, v = cache.k[i].transpose(1, 2), cache.v[i].transpose(1, 2)
             o = paged_decode_triton(q, k, v, table, context, self.scale, pdl=pdl)
@@ -85,6 +83,14 @@ class TritonDecodeStep:
             x = self._add_product(ffn.w2.weight, h, x, "swiglu")
         logits = gemv(self.head, x, prologue="norm", norm_weight=model.norm.weight, eps=self.eps, pdl=pdl)
         return gather_from_tp_region(logits, self.group) if self.world > 1 else logits
+
+    def attention_inputs(self, i: int, x: torch.Tensor, positions: torch.Tensor,
+                         cache: llama.StaticKVCache) -> torch.Tensor:
+        """Layer i's norm, q/k/v projection and RoPE: rotated q [B, H, D]; k and v go into the cache."""
+        layer = self.model.layers[i]
+        qkv = gemv(layer.attention.wqkv.weight, x, prologue="norm", norm_weight=layer.attention_norm.weight,
+                   eps=self.eps, pdl=self.pdl)
+        return rope_append(qkv, positions, self.model.inv_freq, cache.k[i], cache.v[i], self.n_heads, pdl=self.pdl)
 
     def _add_product(self, weight: torch.Tensor, h: torch.Tensor, x: torch.Tensor, prologue: str) -> torch.Tensor:
         """x + prologue(h) @ weight.T. On one GPU the sum is written into x in place. Under tensor
