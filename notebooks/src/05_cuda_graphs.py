@@ -274,10 +274,11 @@ fig
 # %% [markdown]
 # ### Fewer, wider kernels: the step written in Triton
 #
-# The fused runner still reads the weights well below the copy rate, in a dozen kernels a layer.
+# After graphs and fusion, what is left is how fast each kernel reads its weights, and how many
+# kernels a layer launches (the record above says both for the fused runner).
 # `course_kit.decode_kernels` rewrites the step for small batches (at most 8 rows):
 # - **one matrix-vector kernel**, `gemv`. Each program owns a few rows of W and reads them in 16 KiB
-#   tiles, so every SM keeps enough bytes in flight. RMSNorm is folded into its load of x, SwiGLU
+#   tiles, to keep enough bytes in flight on every SM. RMSNorm is folded into its load of x, SwiGLU
 #   likewise, and the residual add into its store: those cost no kernel of their own;
 # - **one kernel for RoPE and the K/V append**, then notebook 06's paged decode-attention kernel
 #   reading the static cache (a cache row is a paged cache with one block);
