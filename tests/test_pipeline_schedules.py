@@ -7,6 +7,7 @@ import pytest
 from course_kit.parallel import bubble, schedules
 
 REC = Path(__file__).resolve().parents[1] / "data" / "reference" / "h200x2" / "parallel.json"
+EARLIER = Path(__file__).resolve().parent / "data" / "pipeline_timelines_h200x2_s5.json"
 
 
 @pytest.mark.parametrize("kind,v", [("gpipe", 1), ("1f1b", 1), ("interleaved", 1), ("interleaved", 2),
@@ -128,12 +129,24 @@ def test_parts_add_up_on_the_h200_record():
         assert d["theory"] + d["step_times"] + d["gaps"] == pytest.approx(d["measured"]), key
 
 
-def test_schedules_compared_both_ways():
+def test_the_current_record_is_explained_from_its_own_numbers():
     rec = json.loads(REC.read_text())["timelines"]
-    # m=16: about the same wall time, 1F1B's ranks busier (the 2x H200 record)
+    for m in (4, 16):
+        g, f = rec[f"gpipe_p2_m{m}"], rec[f"1f1b_p2_m{m}"]
+        text = bubble.explain_schedules(g, f, "2x H200")
+        idle_g, idle_f = bubble.bubble_parts(g)["measured"], bubble.bubble_parts(f)["measured"]
+        assert f"GPipe idles **{idle_g:.1%}** and 1F1B **{idle_f:.1%}**" in text
+        assert ("agree to within a percentage point" in text) == (abs(idle_g - idle_f) < 0.01)
+
+
+def test_schedules_compared_both_ways():
+    # an earlier 2x H200 record (tests/data), whose two schedules differed: the explainer's
+    # other branches on real timelines
+    rec = json.loads(EARLIER.read_text())["timelines"]
+    # m=16: about the same wall time, 1F1B's ranks busier
     t16 = bubble.explain_schedules(rec["gpipe_p2_m16"], rec["1f1b_p2_m16"], "2x H200")
     assert "not a shorter step" in t16 and "cause unknown" in t16
-    # m=4 (the 2026-11-30 record): the same wall time; GPipe's extra idle time is the time between
+    # m=4: the same wall time; GPipe's extra idle time is the time between
     # steps, partly offset by its shorter steps -- the parts pull opposite ways, so never "most of"
     t4 = bubble.explain_schedules(rec["gpipe_p2_m4"], rec["1f1b_p2_m4"], "2x H200")
     assert "1F1B ran" in t4 and "time between steps" in t4 and "partly offset by the step times" in t4
