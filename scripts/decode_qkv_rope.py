@@ -23,7 +23,7 @@ use_triton_interpreter_without_cuda()   # before the kernel below
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from course_kit.decode_kernels.gemv import NUM_WARPS, _fold_tile, _sm_count, gemv_blocks  # noqa: E402
+from course_kit.decode_kernels.gemv import NUM_WARPS, _sm_count, gemv_blocks, gemv_rows  # noqa: E402
 from course_kit.decode_kernels.step import TritonDecodeStep  # noqa: E402
 
 
@@ -44,28 +44,9 @@ def _qkv_rope_kernel(W, X, NORM_W, POS, INV_FREQ, Q_OUT, K_CACHE, V_CACHE, N, K,
                      M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      PDL: tl.constexpr):
     pid = tl.program_id(0)
-    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    rmask = rows < N
-    ks = tl.arange(0, BLOCK_K)
-    ms = tl.arange(0, BLOCK_M)
     DT: tl.constexpr = Q_OUT.dtype.element_ty
-    w_ptrs = W + rows[:, None].to(tl.int64) * stride_w + ks[None, :]
-    w = tl.load(w_ptrs, mask=rmask[:, None] & (ks[None, :] < K), other=0.0)
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
-    inv = tl.zeros([BLOCK_M], tl.float32)       # RMSNorm of x, as gemv(prologue="norm")
-    for m in tl.static_range(M):
-        ss = tl.zeros([BLOCK_K], tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            xv = tl.load(X + m * stride_x + k0 + ks, mask=k0 + ks < K, other=0.0).to(tl.float32)
-            ss += xv * xv
-        inv = tl.where(ms == m, tl.math.rsqrt(tl.sum(ss, 0) / K + eps), inv)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    acc = _fold_tile(acc, w, X, NORM_W, inv, 0, K, stride_x, ms, ks, M, 1, DT)
-    for k0 in range(BLOCK_K, K, BLOCK_K):
-        w = tl.load(w_ptrs + k0, mask=rmask[:, None] & (k0 + ks[None, :] < K), other=0.0)
-        acc = _fold_tile(acc, w, X, NORM_W, inv, k0, K, stride_x, ms, ks, M, 1, DT)
+    acc, _ = gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT, M, BLOCK_M, BLOCK_N, BLOCK_K, 1, PDL)
+    ms = tl.arange(0, BLOCK_M)
     # the store: rows (2p, 2p + 1) hold the pair (x1[i], x2[i]) of one head (q or k), or two
     # neighbouring elements of a v head
     y = acc.to(DT).to(tl.float32)                  # the product rounded, as F.linear rounds it

@@ -87,15 +87,15 @@ def _fold_tile(acc, w, X, NORM_W, inv, k0, K, stride_x, ms, ks,
 
 
 @triton.jit
-def _gemv_kernel(W, X, OUT, RES, NORM_W, N, K, stride_w, stride_x, stride_o, stride_r, eps,
-                 M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 PROLOGUE: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr):
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+def gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT: tl.constexpr, M: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PROLOGUE: tl.constexpr,
+              PDL: tl.constexpr):
+    """This program's BLOCK_N rows of prologue(x) @ W.T, in float32 [BLOCK_M, BLOCK_N], and the
+    row indices; what to do with them (the store) is the calling kernel's."""
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     rmask = rows < N
     ks = tl.arange(0, BLOCK_K)
     ms = tl.arange(0, BLOCK_M)
-    DT: tl.constexpr = OUT.dtype.element_ty
     w_ptrs = W + rows[:, None].to(tl.int64) * stride_w + ks[None, :]
     # The first tile of W: no kernel of this step writes W, so it is read before waiting.
     w = tl.load(w_ptrs, mask=rmask[:, None] & (ks[None, :] < K), other=0.0)
@@ -115,8 +115,19 @@ def _gemv_kernel(W, X, OUT, RES, NORM_W, N, K, stride_w, stride_x, stride_o, str
     for k0 in range(BLOCK_K, K, BLOCK_K):
         w = tl.load(w_ptrs + k0, mask=rmask[:, None] & (k0 + ks[None, :] < K), other=0.0)
         acc = _fold_tile(acc, w, X, NORM_W, inv, k0, K, stride_x, ms, ks, M, PROLOGUE, DT)
+    return acc, rows
+
+
+@triton.jit
+def _gemv_kernel(W, X, OUT, RES, NORM_W, N, K, stride_w, stride_x, stride_o, stride_r, eps,
+                 M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 PROLOGUE: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr):
+    DT: tl.constexpr = OUT.dtype.element_ty
+    acc, rows = gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT, M, BLOCK_M, BLOCK_N, BLOCK_K,
+                          PROLOGUE, PDL)
+    ms = tl.arange(0, BLOCK_M)
     y = acc.to(DT)                                   # the product rounded, as F.linear rounds it
-    omask = (ms[:, None] < M) & rmask[None, :]
+    omask = (ms[:, None] < M) & (rows < N)[None, :]
     if RESIDUAL:
         r = tl.load(RES + ms[:, None] * stride_r + rows[None, :], mask=omask, other=0.0)
         y = (y.to(tl.float32) + r.to(tl.float32)).to(DT)

@@ -293,6 +293,7 @@ fig
 ok_triton, why_triton = availability.triton_status()
 if ok_triton:
     from course_kit.decode_kernels import gemv as dk_gemv, step as dk_step
+    show_source(dk_gemv.gemv_rows.fn)
     show_source(dk_gemv._gemv_kernel.fn)
     show_source(dk_step.TritonDecodeStep.__call__)
 else:
