@@ -234,8 +234,8 @@ def explain_speedups(record: Mapping[str, Any]) -> str:
         if r.get("name") != "decode" or r.get("tp") != 2 or "speedup" not in r:
             continue
         line = (f"TP=2 decode of the {r['model']} shape ({r['speedup_mode'].replace('_', ' ')}) runs "
-                f"**{ratio_words(r['speedup'])}** one GPU; its float32 greedy tokens "
-                f"{'equal' if r.get('fp32_tokens_identical') else 'differ from'} one GPU's.")
+                f"**{ratio_words(r['speedup'])}** one GPU; the sharded model's own step gives float32 greedy "
+                f"tokens that {'equal' if r.get('fp32_tokens_identical') else 'differ from'} one GPU's.")
         if "fp32_triton_tokens_identical" in r:
             line += (f" With notebook 05's Triton kernels on each GPU's shard, the float32 greedy tokens "
                      f"{'equal' if r['fp32_triton_tokens_identical'] else 'differ from'} one GPU's eager step's.")
