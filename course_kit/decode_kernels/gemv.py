@@ -35,7 +35,7 @@ use_triton_interpreter_without_cuda()   # before the first kernel below
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-HAS_PDL = hasattr(tl.extra.cuda, "gdc_wait")   # Triton >= 3.4
+HAS_PDL = hasattr(getattr(getattr(tl, "extra", None), "cuda", None), "gdc_wait")   # Triton >= 3.4
 MAX_ROWS = 8                 # a batch above this is a matrix product: cuBLAS's job, not a GEMV's
 PLAIN, NORM, SWIGLU = 0, 1, 2
 PROLOGUES = {"plain": PLAIN, "norm": NORM, "swiglu": SWIGLU}
