@@ -105,18 +105,16 @@ def serial_profile(summary: dict) -> tuple[str | None, dict]:
     return best, summary.get("profile_big_b1") or {}
 
 
-def _kernel_groups(profile: dict) -> dict[str, tuple[float, float]]:
-    """GPU µs and kernels per step by kind, from the profile's top kernels."""
-    groups: dict[str, list[float]] = {}
+def _kernel_groups(profile: dict) -> dict[str, float]:
+    """GPU µs per step by kind of kernel of the Triton step, from the profile's top kernels."""
+    groups: dict[str, float] = {}
     for r in profile.get("top") or []:
         k = r["kernel"].lower()
         kind = ("matrix-vector products" if is_gemm(k) else "attention" if ("decode" in k or "merge" in k)
                 else "RoPE and the K/V append" if "rope" in k else "argmax" if "argmax" in k
                 else "embedding, copies and small ops")
-        g = groups.setdefault(kind, [0.0, 0.0])
-        g[0] += r["us_per_step"]
-        g[1] += r["calls_per_step"]
-    return {k: (v[0], v[1]) for k, v in groups.items()}
+        groups[kind] = groups.get(kind, 0.0) + r["us_per_step"]
+    return groups
 
 
 def forms_table(summary: dict, rows: list[dict]) -> list[dict]:
@@ -138,7 +136,8 @@ def forms_table(summary: dict, rows: list[dict]) -> list[dict]:
 
 
 def explain_kernels(summary: dict, rows: list[dict]) -> str:
-    """The llama-1b step, one change at a time, and where the fastest form's time goes."""
+    """The llama-1b step, one change at a time, against the time its bytes take at the copy rate.
+    Where the fastest form's time goes, kernel by kernel, is `explain_hbm`'s to say."""
     s = summary
     forms = [r for name in BIG_FORM_WORDS for r in rows
              if r.get("preset") == "llama-1b" and r.get("variant") == name and r.get("batch") == 1]
@@ -162,23 +161,11 @@ def explain_kernels(summary: dict, rows: list[dict]) -> str:
         text += (f"Reading its {nbytes / 1e9:.2f} GB once at the copy bandwidth of this run would take {floor_us:.0f} µs; "
                  f"the fastest form takes {best['ms_per_step'] * 1e3:.0f} µs, {floor_us / (best['ms_per_step'] * 1e3):.0%} "
                  "of that pace. ")
-    form, prof = serial_profile(s)
-    groups = _kernel_groups(prof)
-    if groups and nbytes:
-        where = "its kernels" if form == best["variant"] else \
-            f"the same kernels launched one after another (`{form}`: under PDL a kernel's profiled time includes its wait)"
-        said = []
-        for kind, (us, n) in sorted(groups.items(), key=lambda kv: -kv[1][0]):
-            item = f"{kind} {us:.0f} µs in {n:.0f} kernels"
-            if kind == "matrix-vector products" and copy:
-                item += f" ({nbytes / us / 1e3:,.0f} GB/s, {nbytes / us / 1e3 / copy:.0%} of copy)"
-            said.append(item)
-        text += f"Where the time goes, from the profile of {where}: " + "; ".join(said) + ". "
-        serial = next((r for r in forms if r["variant"] == form), None)
-        if serial and serial is not best:
-            saved = (serial["ms_per_step"] - best["ms_per_step"]) * 1e3
-            text += (f"Launching them with PDL changed the step by {-saved:+.0f} µs: each kernel starts, and reads its "
-                     "first weights, while the one before it finishes. ")
+    serial = next((r for r in forms if r["variant"] == SERIAL_FORM.get(best["variant"])), None)
+    if serial:
+        saved = (serial["ms_per_step"] - best["ms_per_step"]) * 1e3
+        text += (f"Launching the same kernels with PDL changed the step by {-saved:+.0f} µs: each kernel starts, and "
+                 "reads its first weights, while the one before it finishes. ")
     return text.strip()
 
 
@@ -222,7 +209,8 @@ def explain_hbm(summary: dict, rows: list[dict]) -> str:
                  "kernel's bandwidth. " if nbytes / sp["gemm_us"] / 1e3 < 0.9 * s["copy_gbs"] else ". ")
         kinds = "norms, RoPE, attention, residual adds, argmax"
         if form in SERIAL_FORM.values():   # the Triton step: norms and adds ride inside the products
-            kinds = ", ".join(k for k in _kernel_groups(prof) if k != "matrix-vector products")
+            kinds = ", ".join(f"{kind} {us:.0f} µs" for kind, us in _kernel_groups(prof).items()
+                              if kind != "matrix-vector products")
         if sp["complete"]:
             text += (f"The other {sp['other_kernels']:.0f} kernels ({kinds}) take "
                      f"{sp['other_us']:.0f} µs ({100 * sp['other_us'] / wall:.0f}% of the step) while moving few "

@@ -24,10 +24,10 @@ import torch
 import torch.nn.functional as F
 
 from course_kit import bench, cuda_graphs, roofline
-from course_kit.benchmarks.cuda_graphs import kernel_profile, prompts_for, time_steps
-from course_kit.benchmarks.model import hf_generate_tokens_per_s, weight_bytes  # noqa: F401
+from course_kit.benchmarks.cuda_graphs import (SIZES, agreement, kernel_profile, prompts_for, time_steps,
+                                               triton_fp32_vs_hf)
+from course_kit.benchmarks.model import weight_bytes
 from course_kit.decode_kernels import gemv as G
-from course_kit.decode_kernels import step as S
 from course_kit.models import llama
 
 CALLS = 16
@@ -71,9 +71,7 @@ def sweep_gemv(cfg, tiles, per_sm, warps) -> list[dict]:
         seen = set()
         for pps in per_sm:
             for tile in tiles:
-                rows_ = max(1, n // (sms * pps))
-                bn = min(64, max(2, 1 << (rows_.bit_length() - 1)))
-                blocks = (bn, min(__import__("triton").next_power_of_2(k), max(64, tile // bn)))
+                blocks = G.gemv_blocks(n, k, sms, programs_per_sm=pps, tile=tile)
                 for nw_ in warps:
                     if (blocks, nw_) in seen:
                         continue
@@ -109,11 +107,6 @@ def step_rows(preset: str, copy_gbs: float, variants) -> list[dict]:
         for k, v in knobs.items():
             if hasattr(G, k):
                 setattr(G, k, v)
-        small_pdl = knobs.get("small_pdl", True)   # False: PDL on the products only
-        for fn in ("paged_decode_triton",):
-            orig = getattr(S, "_orig_" + fn, None) or getattr(S, fn)
-            setattr(S, "_orig_" + fn, orig)
-            setattr(S, fn, orig if small_pdl else (lambda *a, _o=orig, **k: _o(*a, **{**k, "pdl": False})))
         runner = cuda_graphs.DecodeGraphRunner(model, 1, 512, sizes=[1], verbose=False, **kw)
         if knobs.get("step") == "qkv_rope":   # scripts/decode_qkv_rope.py: one kernel fewer per layer
             from decode_qkv_rope import QkvRopeStep
@@ -133,7 +126,7 @@ def step_rows(preset: str, copy_gbs: float, variants) -> list[dict]:
         rows.append({"preset": preset, "variant": name, "ms_per_token": t.median_s * 1e3,
                      "tokens_per_s": 1 / t.median_s, "gbs": read / t.median_s / 1e9,
                      "of_copy": read / t.median_s / 1e9 / copy_gbs, "build_s": build_s,
-                     "agreement_with_eager": sum(a == b for a, b in zip(got[0], want[0])) / len(want[0]),
+                     "agreement_with_eager": agreement(got, want),
                      "kernels_per_step": prof.get("kernels_per_step"), "gpu_us_per_step": prof.get("gpu_us_per_step"),
                      "top": prof.get("top")})
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "top"}), flush=True)
@@ -141,20 +134,6 @@ def step_rows(preset: str, copy_gbs: float, variants) -> list[dict]:
             cuda_graphs.fuse_layers(model, enable=False)
         del runner
     return rows
-
-
-def fp32_check() -> dict:
-    model = llama.Transformer.from_preset("smollm-135m", seed=0, dtype=torch.float32, device="cuda")
-    hf = llama.to_hf(model)
-    prompts = prompts_for(model.config, 2, 24, seed=3)
-    runner = cuda_graphs.DecodeGraphRunner(model, 2, 128, verbose=False, kernels="triton")
-    got = runner.generate(prompts, 32)
-    want = []
-    for p in prompts:
-        ids = torch.tensor([p], device="cuda")
-        out = hf.generate(ids, max_new_tokens=32, do_sample=False, min_new_tokens=32)
-        want.append(out[0, len(p):].tolist())
-    return {"identical": got == want, "triton": got, "hf": want}
 
 
 def main() -> None:
@@ -185,7 +164,7 @@ def main() -> None:
             result["step"] += step_rows(preset, result["copy_gbs"], [(n, dict(kw), p) for n, kw, p in variants])
             save()
     if "fp32" in parts:
-        result["fp32_vs_hf"] = fp32_check()
+        result["fp32_vs_hf"] = triton_fp32_vs_hf("smollm-135m", "cuda", SIZES["full"])   # the bench's check
         print(json.dumps({"fp32_identical": result["fp32_vs_hf"]["identical"]}), flush=True)
         save()
     if "gemv" in parts:

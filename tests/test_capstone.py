@@ -31,14 +31,14 @@ def test_variants_add_one_technique_at_a_time():
 
 @pytest.mark.gpu
 def test_gpu_engine_variants_match_hf_in_fp32():
-    from course_kit.benchmarks.batching import _check_same, _hf_generate_greedy
+    from course_kit.benchmarks.batching import _check_same, hf_generate_greedy
     from course_kit.engine import SamplingParams
     from course_kit.models import llama
     m = llama.Transformer.from_preset("smollm-135m", seed=0, dtype=torch.float32, device="cuda")
     hf = llama.to_hf(m)
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, m.config.vocab_size, (n,), generator=g).tolist() for n in (17, 40, 5, 64)]
-    ref = [_hf_generate_greedy(hf, p, 24) for p in prompts]
+    ref = [hf_generate_greedy(hf, p, 24) for p in prompts]
     opts = dict(max_num_seqs=8, max_num_batched_tokens=512, max_model_len=128)
     for name, spec in capstone.engine_variants(True).items():
         outs = capstone._build(m, spec, opts).generate(prompts, SamplingParams(max_new_tokens=24))

@@ -75,7 +75,7 @@ def check_fp32_against_hf(p: dict, prompts: list[list[int]], dev: str, engines: 
     m32 = llama.Transformer.from_preset(p["preset"], seed=p["seed"], dtype=torch.float32, device=dev)
     hf32 = llama.to_hf(m32)
     check_prompts = [x[:64] for x in prompts[:k]]
-    ref = [_hf_generate_greedy(hf32, x, kt) for x in check_prompts]
+    ref = [hf_generate_greedy(hf32, x, kt) for x in check_prompts]
     checks, ties = {}, 0
     for name, build in engines.items():
         got = build(m32).generate(check_prompts, SamplingParams(max_new_tokens=kt))
@@ -85,7 +85,7 @@ def check_fp32_against_hf(p: dict, prompts: list[list[int]], dev: str, engines: 
     return checks, ties, check_prompts
 
 
-def _hf_generate_greedy(hf, prompt: list[int], n: int) -> list[int]:
+def hf_generate_greedy(hf, prompt: list[int], n: int) -> list[int]:
     dev = hf.device
     with torch.no_grad():
         out = hf.generate(torch.tensor([prompt], device=dev), max_new_tokens=n, min_new_tokens=n, do_sample=False)
@@ -228,7 +228,7 @@ def run(params: dict) -> dict:
         for policy in POLICIES})
     kt = p["check_tokens"]
     hf = llama.to_hf(model)
-    hf_ref = [_hf_generate_greedy(hf, pr, kt) for pr in check_prompts]
+    hf_ref = [hf_generate_greedy(hf, pr, kt) for pr in check_prompts]
     eng_tok = [o.tokens for o in Engine(model, **engine_opts).generate(check_prompts, SamplingParams(max_new_tokens=kt))]
     agree = sum(a == b for x, y in zip(eng_tok, hf_ref) for a, b in zip(x, y)) / max(1, sum(len(x) for x in hf_ref))
 

@@ -28,7 +28,7 @@ from .. import device as device_info
 from ..compile_modes.kernels import is_annotation
 from ..decode_explain import explain_hbm, explain_kernels, explain_reduce_overhead, is_gemm
 from ..models import llama
-from .batching import _hf_generate_greedy
+from .batching import hf_generate_greedy
 from .model import build, free, hf_generate_tokens_per_s, weight_bytes
 
 SIZES = {
@@ -229,7 +229,7 @@ def triton_fp32_vs_hf(preset: str, device: str, spec: dict) -> dict:
     prompts = prompts_for(model.config, 2, spec["prompt_len"] // 2, seed=2)
     runner = cg.DecodeGraphRunner(model, 2, spec["max_seq"], verbose=False, kernels="triton")
     got = runner.generate(prompts, spec["check_tokens"])
-    want = [_hf_generate_greedy(hf, p, spec["check_tokens"]) for p in prompts]
+    want = [hf_generate_greedy(hf, p, spec["check_tokens"]) for p in prompts]
     del runner, hf, model
     free()
     return {"identical": got == want, "agreement": agreement(got, want), "prompts": len(prompts),

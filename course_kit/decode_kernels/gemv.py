@@ -44,15 +44,16 @@ TILE = 8192                  # data/reference/h200/logs/decode-probe-*-s7.json):
 NUM_WARPS = 4                # tiles of 8192 weights (16 KiB of bf16) per load, 4 warps
 
 
-def gemv_blocks(n: int, k: int, sms: int) -> tuple[int, int]:
+def gemv_blocks(n: int, k: int, sms: int, programs_per_sm: int | None = None,
+                tile: int | None = None) -> tuple[int, int]:
     """(BLOCK_N, BLOCK_K) for an N x K weight: the fewest rows per program that still give every
-    SM PROGRAMS_PER_SM programs (2 to 64 rows), then as much of K per load as TILE allows (at
-    least 128 columns, at most the row)."""
+    SM `programs_per_sm` programs (2 to 64 rows), then as much of K per load as `tile` weights
+    allow (at least 128 columns, at most the row). Defaults: PROGRAMS_PER_SM and TILE."""
     if n < 1 or k < 1:
         raise ValueError(f"weight shape must be positive, got N={n}, K={k}")
-    rows = max(1, n // max(1, sms * PROGRAMS_PER_SM))
+    rows = max(1, n // max(1, sms * (programs_per_sm or PROGRAMS_PER_SM)))
     block_n = min(64, max(2, 1 << (rows.bit_length() - 1)))          # a power of two, <= rows
-    block_k = min(triton.next_power_of_2(k), max(128, TILE // block_n))
+    block_k = min(triton.next_power_of_2(k), max(128, (tile or TILE) // block_n))
     return block_n, block_k
 
 

@@ -46,6 +46,7 @@ import torch
 from course_kit import bench, buckets, cuda_graphs as cg, narrate, notebook
 from course_kit.engine import trace
 from course_kit.attention import availability
+from course_kit.benchmarks.cuda_graphs import agreement
 from course_kit.decode_explain import (explain_hbm, explain_kernels, explain_reduce_overhead,
                                       explain_reduce_overhead_live, forms_table)
 from course_kit.models import llama, sampling
@@ -302,18 +303,16 @@ else:
 # %%
 if ok_triton:
     # one step from the same cache contents: the model's own decode against the Triton step
-    small = model
-    caches = [llama.StaticKVCache(small.config, 1, 64, small.tok_embeddings.weight.dtype, P["device"])
-              for _ in range(2)]
-    prompt = torch.randint(1, small.config.vocab_size, (1, 9), generator=torch.Generator().manual_seed(3))
+    caches = [llama.StaticKVCache(model.config, 1, 64, DTYPE, P["device"]) for _ in range(2)]
+    prompt = torch.randint(1, model.config.vocab_size, (1, 9), generator=torch.Generator().manual_seed(3))
     for c in caches:
-        small.prefill(prompt.to(P["device"]), c)
+        model.prefill(prompt.to(P["device"]), c)
     tok, pos = torch.tensor([5], device=P["device"]), torch.tensor([9], device=P["device"])
-    want_logits = small.decode(tok, pos, caches[0])
-    got_logits = dk_step.TritonDecodeStep(small)(tok, pos, caches[1])
+    want_logits = model.decode(tok, pos, caches[0])
+    got_logits = dk_step.TritonDecodeStep(model)(tok, pos, caches[1])
     gap = (got_logits.float() - want_logits.float()).abs().max().item()
     scale = want_logits.float().abs().max().item()
-    md(f"One decode step of `{small.config.name}` ({device.dtype_name(small.tok_embeddings.weight.dtype)}): the "
+    md(f"One decode step of `{model.config.name}` ({device.dtype_name(DTYPE)}): the "
        f"Triton step's logits differ from the model's own by at most **{gap:.2e}** (the logits reach {scale:.2f}); "
        f"greedy token **{'the same' if got_logits.argmax(-1).item() == want_logits.argmax(-1).item() else 'different'}**.")
 if ok_triton and GPU:
@@ -322,7 +321,7 @@ if ok_triton and GPU:
     triton_runner.generate([[1] * 8], 2)
     one_tok, one_pos = torch.ones(1, dtype=torch.long, device="cuda"), torch.full((1,), 9, device="cuda")
     t_triton = bench.timeit(lambda: triton_runner.step(one_tok, one_pos), warmup=3, repeat=REPEAT)
-    same_share = sum(a == b for x, y in zip(triton_tokens, graph_tokens) for a, b in zip(x, y)) / (len(prompts) * NEW_TOKENS)
+    same_share = agreement(triton_tokens, graph_tokens)
     md(f"This run, batch 1: the Triton step **{t_triton.median_s * 1e3:.3f} ms**, the graph runner of the model's own "
        f"step **{by[('graph', 1)]['ms_per_step']:.3f} ms**: the Triton step ran "
        f"**{narrate.speed(t_triton.median_s * 1e3, by[('graph', 1)]['ms_per_step'])}** it (PDL "
@@ -331,8 +330,7 @@ if ok_triton and GPU:
        f"({device.dtype_name(DTYPE)}: a near-tie can tip either way once the sums are added in another order).")
 
 # %%
-if REF and any(r.get("variant") == "triton_graph_pdl" or r.get("variant") == "triton_graph"
-               for r in REF["results"] if r.get("preset") == "llama-1b"):
+if REF and "big_profiles" in REF["summary"]:   # records that time the step in all its forms
     md("**Recorded on the reference H200, the llama-1b step one change at a time:** "
        + explain_kernels(REF["summary"], REF["results"]))
     cell = lambda v, fmt: "n/a" if v is None else format(v, fmt)  # noqa: E731
