@@ -159,6 +159,15 @@ class DecodeGraphRunner:
         if verbose and self.device.type != "cuda":
             print(CPU_MESSAGE)
         sampling.filter_logits(torch.zeros(1, model.config.vocab_size), top_k, top_p)  # validates
+        if kernels not in KERNELS:
+            raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
+        if fuse and kernels != "torch":
+            raise ValueError("fuse compiles the model's own layers; kernels='triton' replaces them: choose one")
+        if kernels == "triton":
+            from .decode_kernels.gemv import MAX_ROWS
+            if self.sizes[-1] > MAX_ROWS:
+                raise ValueError(f"kernels='triton' runs batches of at most {MAX_ROWS} rows, got a captured "
+                                 f"size of {self.sizes[-1]}")
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
         self.cache = llama.StaticKVCache(model.config, max_batch, max_seq, weight.dtype, self.device)
         self.tokens = torch.zeros(max_batch, dtype=torch.long, device=self.device)
@@ -167,17 +176,9 @@ class DecodeGraphRunner:
         self.next_tokens = torch.zeros(max_batch, dtype=torch.long, device=self.device)
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        if kernels not in KERNELS:
-            raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
-        if fuse and kernels != "torch":
-            raise ValueError("fuse compiles the model's own layers; kernels='triton' replaces them: choose one")
         self.kernels, self.decode = kernels, model.decode
         if kernels == "triton":
-            from .decode_kernels.gemv import MAX_ROWS
             from .decode_kernels.step import TritonDecodeStep
-            if self.sizes[-1] > MAX_ROWS:
-                raise ValueError(f"kernels='triton' runs batches of at most {MAX_ROWS} rows, got max_batch "
-                                 f"{self.sizes[-1]}")
             self.decode = TritonDecodeStep(model, pdl=pdl)
         self.fused = bool(fuse)
         if fuse:

@@ -51,13 +51,10 @@ class TritonDecodeStep:
                              f"gdc_wait; this is {self.device}")
         self.n_heads, self.eps, self.scale = cfg.n_heads, cfg.norm_eps, model.scale
         self._tables: dict[int, torch.Tensor] = {}
-        # a tensor-parallel shard (parallel/tp_llama.py) holds a slice of every weight and a
-        # vocabulary slice of the head, `lm_head`; its products are summed or gathered across ranks
+        # a tensor-parallel shard (parallel/tp_llama.py) holds a slice of every weight, the head's
+        # a slice of the vocabulary; its products are summed or gathered across ranks
         self.group = getattr(model, "group", None)
         self.rank, self.world = world(self.group)
-        self.head = getattr(model, "lm_head", None)
-        if self.head is None:
-            self.head = model.tok_embeddings.weight if model.output is None else model.output.weight
 
     def _table(self, b: int) -> torch.Tensor:
         """Block table of a static cache: row r's one block is block r (made once per batch size,
@@ -81,7 +78,7 @@ class TritonDecodeStep:
             x = self._add_product(attn.wo.weight, o.view(b, -1), x, "plain")
             h = gemv(ffn.w13.weight, x, prologue="norm", norm_weight=layer.ffn_norm.weight, eps=self.eps, pdl=pdl)
             x = self._add_product(ffn.w2.weight, h, x, "swiglu")
-        logits = gemv(self.head, x, prologue="norm", norm_weight=model.norm.weight, eps=self.eps, pdl=pdl)
+        logits = gemv(model.head_weight, x, prologue="norm", norm_weight=model.norm.weight, eps=self.eps, pdl=pdl)
         return gather_from_tp_region(logits, self.group) if self.world > 1 else logits
 
     def attention_inputs(self, i: int, x: torch.Tensor, positions: torch.Tensor,

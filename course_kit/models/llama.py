@@ -275,9 +275,13 @@ class Transformer(nn.Module):
             x = layer(x, cos, sin, attend_for(i))
         return self.norm(x)
 
+    @property
+    def head_weight(self) -> torch.Tensor:
+        """The output projection [V, dim]: the embedding table when the two are tied."""
+        return self.tok_embeddings.weight if self.output is None else self.output.weight
+
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        weight = self.tok_embeddings.weight if self.output is None else self.output.weight
-        return F.linear(h, weight)
+        return F.linear(h, self.head_weight)
 
     # -- forward passes
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:

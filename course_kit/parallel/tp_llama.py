@@ -32,8 +32,12 @@ class TPTransformer(llama.Transformer):
         self.output = None  # the head is the vocabulary slice below, tied or not
         self.lm_head = torch.nn.Parameter(torch.empty(vocab_shard, cfg.dim))
 
+    @property
+    def head_weight(self) -> torch.Tensor:
+        return self.lm_head   # this rank's slice of the vocabulary
+
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        return gather_from_tp_region(F.linear(h, self.lm_head), self.group)
+        return gather_from_tp_region(F.linear(h, self.head_weight), self.group)
 
 
 def local_config(cfg: llama.ModelConfig, rank: int, n: int) -> llama.ModelConfig:
@@ -81,7 +85,7 @@ def _copy_shards(model: llama.Transformer, tp: TPTransformer, rank: int, n: int,
 
     tp.tok_embeddings.weight.copy_(w)
     tp.norm.weight.copy_(model.norm.weight)
-    head = w if model.output is None else model.output.weight
+    head = model.head_weight
     tp.lm_head.copy_(head.chunk(n, dim=0)[rank])
     for src, dst in zip(model.layers, tp.layers):
         dst.attention_norm.weight.copy_(src.attention_norm.weight)
