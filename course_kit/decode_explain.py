@@ -110,7 +110,8 @@ def _kernel_groups(profile: dict) -> dict[str, float]:
     groups: dict[str, float] = {}
     for r in profile.get("top") or []:
         k = r["kernel"].lower()
-        kind = ("matrix-vector products" if is_gemm(k) else "attention" if ("decode" in k or "merge" in k)
+        # the q/k/v product does RoPE and the K/V append in its store: its time is the product's
+        kind = ("matrix-vector products" if is_gemm(k) or "qkv" in k else "attention" if ("decode" in k or "merge" in k)
                 else "RoPE and the K/V append" if "rope" in k else "argmax" if "argmax" in k
                 else "embedding, copies and small ops")
         groups[kind] = groups.get(kind, 0.0) + r["us_per_step"]

@@ -7,9 +7,11 @@ Three parts, one JSON file (written after each part, so a cut-off run keeps what
    against cuBLAS F.linear on the same chain; GB/s of weights read.
 2. "step": llama-1b and smollm-135m (--presets) at batch 1 in the graph runner: the Triton step
    over launch and block settings (module constants of decode_kernels.gemv, set per variant) and
-   candidate kernels not yet in the package (scripts/decode_qkv_rope.py); --baselines adds the
-   model's own step and the Inductor-fused one. Tokens against the eager step, ms per token, GB/s
-   and a kernel profile. The variant list is the last round's; earlier rounds' are in the logs.
+   attention's context slices; --baselines adds the model's own step and the Inductor-fused one.
+   Tokens against the eager step, ms per token (at 66 keys, and at 482 of the cache's 512), GB/s
+   and a kernel profile. The variant list is the last round's; earlier rounds' are in the logs
+   (decode-probe-1-s8.json: double-buffered tiles and L2 prefetch were slower, RoPE in the q/k/v
+   product's store faster; candidate kernels wait in scripts/ until such a run measures them).
 3. "fp32": the Triton step's greedy tokens against HF transformers in float32 (smollm-135m shape).
 
     python scripts/decode_step_probe.py OUT.json [--parts gemv,step,fp32] [--tiles 4096,8192]
@@ -17,6 +19,7 @@ Three parts, one JSON file (written after each part, so a cut-off run keeps what
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 
@@ -27,7 +30,9 @@ from course_kit import bench, cuda_graphs, roofline
 from course_kit.benchmarks.cuda_graphs import (SIZES, agreement, kernel_profile, prompts_for, time_steps,
                                                triton_fp32_vs_hf)
 from course_kit.benchmarks.model import weight_bytes
+from course_kit.attention.paged_triton import paged_decode_triton
 from course_kit.decode_kernels import gemv as G
+from course_kit.decode_kernels import step as S
 from course_kit.models import llama
 
 CALLS = 16
@@ -101,39 +106,49 @@ def step_rows(preset: str, copy_gbs: float, variants) -> list[dict]:
     want = cuda_graphs.DecodeGraphRunner(model, 1, 512, sizes=[1], use_graphs=False, verbose=False).generate(check, 32)
     read = weight_bytes(model) + cfg.kv_bytes_per_token(torch.bfloat16) * 512
     for name, kw, pdl in variants:
-        t0 = time.perf_counter()
-        knobs = kw.pop("knobs", {})
-        saved = {k: getattr(G, k) for k in knobs if hasattr(G, k)}
-        for k, v in knobs.items():
-            if hasattr(G, k):
-                setattr(G, k, v)
-        runner = cuda_graphs.DecodeGraphRunner(model, 1, 512, sizes=[1], verbose=False, **kw)
-        if knobs.get("step") == "qkv_rope":   # scripts/decode_qkv_rope.py: one kernel fewer per layer
-            from decode_qkv_rope import QkvRopeStep
-            runner.decode = QkvRopeStep(model, pdl=pdl)
-            runner.capture_all()
-        elif pdl is not None:
-            runner.decode.pdl = pdl
-            runner.capture_all()
-        for k, v in saved.items():
-            setattr(G, k, v)
-        build_s = time.perf_counter() - t0
-        got = runner.generate(check, 32)
-        runner.generate(prompts, 2)
-        t = time_steps(runner.step, cfg, 1, 64, "cuda", 200)
-        prof = kernel_profile(lambda: runner.step(torch.ones(1, dtype=torch.long, device="cuda"),
-                                                  torch.full((1,), 9, device="cuda")))
-        rows.append({"preset": preset, "variant": name, "ms_per_token": t.median_s * 1e3,
-                     "tokens_per_s": 1 / t.median_s, "gbs": read / t.median_s / 1e9,
-                     "of_copy": read / t.median_s / 1e9 / copy_gbs, "build_s": build_s,
-                     "agreement_with_eager": agreement(got, want),
-                     "kernels_per_step": prof.get("kernels_per_step"), "gpu_us_per_step": prof.get("gpu_us_per_step"),
-                     "top": prof.get("top")})
+        try:
+            rows.append(step_row(model, prompts, check, want, read, copy_gbs, preset, name, kw, pdl))
+        except Exception as exc:  # noqa: BLE001 - a variant that fails is a result, the rest still run
+            rows.append({"preset": preset, "variant": name, "error": f"{type(exc).__name__}: {exc}"[:400]})
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "top"}), flush=True)
         if kw.get("fuse"):
             cuda_graphs.fuse_layers(model, enable=False)
-        del runner
     return rows
+
+
+def step_row(model, prompts, check, want, read, copy_gbs, preset, name, kw, pdl) -> dict:
+    cfg = model.config
+    t0 = time.perf_counter()
+    knobs = kw.pop("knobs", {})
+    saved = {k: getattr(G, k) for k in knobs if hasattr(G, k)}
+    for k, v in knobs.items():
+        if hasattr(G, k):
+            setattr(G, k, v)
+    if "splits" in knobs:   # attention's context slices (default: decode_splits' rule)
+        S.paged_decode_triton = functools.partial(paged_decode_triton, splits=knobs["splits"])
+    try:
+        runner = cuda_graphs.DecodeGraphRunner(model, 1, 512, sizes=[1], verbose=False, **kw)
+        if pdl is not None:
+            runner.decode.pdl = pdl
+            runner.capture_all()
+    finally:
+        for k, v in saved.items():
+            setattr(G, k, v)
+        S.paged_decode_triton = paged_decode_triton
+    build_s = time.perf_counter() - t0
+    got = runner.generate(check, 32)
+    runner.generate(prompts, 2)
+    t = time_steps(runner.step, cfg, 1, 64, "cuda", 200)
+    t_long = time_steps(runner.step, cfg, 1, 480, "cuda", 200)   # near the cache's end: 482 keys
+    prof = kernel_profile(lambda: runner.step(torch.ones(1, dtype=torch.long, device="cuda"),
+                                              torch.full((1,), 9, device="cuda")))
+    return {"preset": preset, "variant": name, "ms_per_token": t.median_s * 1e3,
+            "tokens_per_s": 1 / t.median_s, "ms_per_token_at_482_keys": t_long.median_s * 1e3,
+            "gbs": read / t.median_s / 1e9,
+            "of_copy": read / t.median_s / 1e9 / copy_gbs, "build_s": build_s,
+            "agreement_with_eager": agreement(got, want),
+            "kernels_per_step": prof.get("kernels_per_step"), "gpu_us_per_step": prof.get("gpu_us_per_step"),
+            "top": prof.get("top")}
 
 
 def main() -> None:
@@ -154,9 +169,15 @@ def main() -> None:
     if "step" in parts:
         tri = lambda **knobs: {"kernels": "triton", "knobs": knobs}  # noqa: E731
         variants = [("triton_graph_pdl", tri(), True),
-                    ("qkv+rope in one kernel", tri(step="qkv_rope"), True),
-                    ("pdl 3/SM", tri(PROGRAMS_PER_SM=3), True),
-                    ("qkv+rope in one kernel, 3/SM", tri(step="qkv_rope", PROGRAMS_PER_SM=3), True)]
+                    ("attention in 1 slice", tri(splits=1), True),
+                    ("attention in 2 slices", tri(splits=2), True),
+                    ("attention in 4 slices", tri(splits=4), True),
+                    ("pdl 2/SM", tri(PROGRAMS_PER_SM=2), True),
+                    ("pdl 4/SM", tri(PROGRAMS_PER_SM=4), True),
+                    ("pdl 3/SM, tiles of 16384", tri(TILE=16384), True),
+                    ("pdl 3/SM, 8 warps", tri(NUM_WARPS=8), True),
+                    ("pdl 4/SM, tiles of 4096", tri(PROGRAMS_PER_SM=4, TILE=4096), True),
+                    ("triton_graph_pdl again", tri(), True)]
         if args.baselines:
             variants = [("graph", {}, None), ("fused_graph", {"fuse": True}, None)] + variants
         result["step"] = []

@@ -60,7 +60,7 @@ def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, ctx_ptr, out_ptr, part_
                          stride_on, stride_oh, H,
                          G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
                          BS: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr,
-                         DOT_F32: tl.constexpr, PDL: tl.constexpr):
+                         DOT_F32: tl.constexpr, PDL: tl.constexpr, CTX_OFFSET: tl.constexpr):
     # one program: one sequence, one K/V head (all G query heads that share it, so each K/V
     # tile is loaded once for G queries), one of SPLITS slices of the context
     if PDL:   # programmatic dependent launch (notebook 05's decode step): let the next kernel
@@ -76,7 +76,7 @@ def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, ctx_ptr, out_ptr, part_
     heads = kvh * G + g
     q = tl.load(q_ptr + seq * stride_qn + heads[:, None] * stride_qh + d[None, :],
                 mask=gmask[:, None] & dmask[None, :], other=0.0)
-    ctx = tl.load(ctx_ptr + seq)
+    ctx = tl.load(ctx_ptr + seq) + CTX_OFFSET
     chunk = tl.cdiv(tl.cdiv(ctx, SPLITS), BLOCK_N) * BLOCK_N     # whole tiles per slice
     lo = split * chunk
     hi = tl.minimum(ctx, lo + chunk)
@@ -202,11 +202,14 @@ def decode_splits(batch: int, n_kv_heads: int, max_context: int, block_n: int = 
 
 def paged_decode_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                         block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
-                        block_n: int = 64, splits: int | None = None, pdl: bool = False) -> torch.Tensor:
+                        block_n: int = 64, splits: int | None = None, pdl: bool = False,
+                        context_offset: int = 0) -> torch.Tensor:
     """Decode attention straight from the block table: q [B, H, D] -> [B, H, D].
 
-    `splits` slices every context (default: `decode_splits`); more than one adds a merge kernel.
-    pdl: launch both with programmatic dependent launch (Hopper; notebook 05's decode step)."""
+    Row b attends to its first context_lens[b] + context_offset keys (notebook 05's step passes
+    its positions and 1, which saves a kernel). `splits` slices every context (default:
+    `decode_splits`); more than one adds a merge kernel. pdl: launch both with programmatic
+    dependent launch (Hopper; notebook 05's decode step)."""
     B, H, D = q.shape
     _, bs, n_kv, _ = k_cache.shape
     if k_cache.stride(-1) != 1 or q.stride(-1) != 1:
@@ -225,7 +228,7 @@ def paged_decode_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1), H,
         G=G, GP=max(16, triton.next_power_of_2(G)), D=D, DP=DP, BS=bs, BLOCK_N=block_n, SPLITS=splits,
-        DOT_F32=_dot_f32(q), PDL=pdl, **launch)
+        DOT_F32=_dot_f32(q), PDL=pdl, CTX_OFFSET=context_offset, **launch)
     if splits > 1:
         _merge_splits_kernel[(B, H)](part, lse, out, out.stride(0), out.stride(1), H,
                                      SPLITS=splits, SP=triton.next_power_of_2(splits), D=D, DP=DP, PDL=pdl,

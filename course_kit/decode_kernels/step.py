@@ -1,17 +1,17 @@
-"""The course model's decode step in six Triton kernels a layer (notebook 05).
+"""The course model's decode step in five Triton kernels a layer (notebook 05).
 
 `TritonDecodeStep(model)` computes what `model.decode(tokens, positions, cache)` computes, on the
 same weights and the same `StaticKVCache`, with a different kernel plan per layer:
 
     eager step (models/llama.py)                   this step
-    RMSNorm, wqkv                                  1. gemv(wqkv, prologue="norm")
-    split, cos/sin, RoPE x2, K/V index_put x2      2. rope_append (RoPE, then K/V into the cache)
-    attention (two products and a softmax)         3. paged_decode_triton on the static cache,
-                                                   4. and the merge of its context slices
-    wo, residual add                               5. gemv(wo, residual=x)        (in place)
-    RMSNorm, w13, split, silu, mul                 6. gemv(w13, prologue="norm")
-    w2, residual add                               7. gemv(w2, prologue="swiglu", residual=x)
-(six or seven: the merge runs only when the context is cut into slices), then the final norm
+    RMSNorm, wqkv, split, cos/sin, RoPE x2,        1. qkv_rope (the product, then RoPE and the
+    K/V index_put x2                                  K/V append in its store)
+    attention (two products and a softmax)         2. paged_decode_triton on the static cache,
+                                                   3. and the merge of its context slices
+    wo, residual add                               4. gemv(wo, residual=x)        (in place)
+    RMSNorm, w13, split, silu, mul                 5. gemv(w13, prologue="norm")
+    w2, residual add                               6. gemv(w2, prologue="swiglu", residual=x)
+(five or six: the merge runs only when the context is cut into slices), then the final norm
 and the logits in one `gemv(prologue="norm")`, and the greedy token in two small kernels
 (`argmax.greedy_tokens`) instead of PyTorch's one-block reduction.
 
@@ -31,7 +31,7 @@ from ..models import llama
 from ..parallel.comm import all_reduce_sum, gather_from_tp_region, world
 from .argmax import greedy_tokens
 from .gemv import HAS_PDL, gemv
-from .rope_append import rope_append
+from .qkv_rope import qkv_rope
 
 
 def pdl_supported(device: torch.device) -> bool:
@@ -67,14 +67,14 @@ class TritonDecodeStep:
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, cache: llama.StaticKVCache) -> torch.Tensor:
         model, b, pdl = self.model, tokens.shape[0], self.pdl
         x = F.embedding(tokens, model.tok_embeddings.weight)          # the residual stream [B, dim]
-        context = (positions + 1).to(torch.int32)
         table = self._table(b)
         for i, layer in enumerate(model.layers):
             attn, ffn = layer.attention, layer.feed_forward
             q = self.attention_inputs(i, x, positions, cache)
             # [B, n_kv, S, D] read as [blocks=B, block_size=S, n_kv, D]: one block per row
             k, v = cache.k[i].transpose(1, 2), cache.v[i].transpose(1, 2)
-            o = paged_decode_triton(q, k, v, table, context, self.scale, pdl=pdl)
+            # row b's context is its position + 1 keys: the kernel adds the 1 (no kernel of its own)
+            o = paged_decode_triton(q, k, v, table, positions, self.scale, pdl=pdl, context_offset=1)
             x = self._add_product(attn.wo.weight, o.view(b, -1), x, "plain")
             h = gemv(ffn.w13.weight, x, prologue="norm", norm_weight=layer.ffn_norm.weight, eps=self.eps, pdl=pdl)
             x = self._add_product(ffn.w2.weight, h, x, "swiglu")
@@ -85,9 +85,8 @@ class TritonDecodeStep:
                          cache: llama.StaticKVCache) -> torch.Tensor:
         """Layer i's norm, q/k/v projection and RoPE: rotated q [B, H, D]; k and v go into the cache."""
         layer = self.model.layers[i]
-        qkv = gemv(layer.attention.wqkv.weight, x, prologue="norm", norm_weight=layer.attention_norm.weight,
-                   eps=self.eps, pdl=self.pdl)
-        return rope_append(qkv, positions, self.model.inv_freq, cache.k[i], cache.v[i], self.n_heads, pdl=self.pdl)
+        return qkv_rope(layer.attention.wqkv.weight, x, layer.attention_norm.weight, self.eps, positions,
+                        self.model.inv_freq, cache.k[i], cache.v[i], self.n_heads, pdl=self.pdl)
 
     def _add_product(self, weight: torch.Tensor, h: torch.Tensor, x: torch.Tensor, prologue: str) -> torch.Tensor:
         """x + prologue(h) @ weight.T. On one GPU the sum is written into x in place. Under tensor
