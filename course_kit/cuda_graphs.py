@@ -191,10 +191,10 @@ class DecodeGraphRunner:
         logits = self.decode(self.tokens[:b], self.positions[:b], self.cache)
         noise = self.noise[:b] if self.temperature > 0 else None
         if self.kernels == "triton" and self.temperature == 0:
-            chosen = self.decode.greedy(logits)
+            self.decode.greedy(logits, out=self.next_tokens[:b])    # written in place: no copy kernel
         else:
             chosen = sampling.sample(logits, self.temperature, self.top_k, self.top_p, uniform=noise)
-        self.next_tokens[:b].copy_(chosen)
+            self.next_tokens[:b].copy_(chosen)
 
     @torch.no_grad()
     def capture_all(self) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from . import narrate
 
-_GEMM_WORDS = ("nvjet", "gemm", "gemv", "cutlass", "xmma", "splitk")
+# (qkv_rope: the Triton step's q/k/v product, which also does RoPE and the K/V append in its store)
+_GEMM_WORDS = ("nvjet", "gemm", "gemv", "cutlass", "xmma", "splitk", "qkv_rope")
 
 
 def is_gemm(kernel: str) -> bool:
@@ -110,8 +111,7 @@ def _kernel_groups(profile: dict) -> dict[str, float]:
     groups: dict[str, float] = {}
     for r in profile.get("top") or []:
         k = r["kernel"].lower()
-        # the q/k/v product does RoPE and the K/V append in its store: its time is the product's
-        kind = ("matrix-vector products" if is_gemm(k) or "qkv" in k else "attention" if ("decode" in k or "merge" in k)
+        kind = ("matrix-vector products" if is_gemm(k) else "attention" if ("decode" in k or "merge" in k)
                 else "RoPE and the K/V append" if "rope" in k else "argmax" if "argmax" in k
                 else "embedding, copies and small ops")
         groups[kind] = groups.get(kind, 0.0) + r["us_per_step"]

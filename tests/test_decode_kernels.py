@@ -120,6 +120,20 @@ def test_qkv_rope_is_norm_product_rope_and_the_cache_writes(dtype, block_n):
         QR.qkv_rope(wqkv[:-D], x, norm_w, 1e-5, positions, inv_freq, k_cache, v_cache, H)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_argmax_in_the_products_store_is_torch_argmax_of_its_output(dtype):
+    g = torch.Generator().manual_seed(2)
+    w, x = torch.randn(1000, 64, generator=g).to(dtype), torch.randn(3, 64, generator=g).to(dtype)
+    w[700] = w[300] = w[5] * 0 + 3.0                                # rows 300 and 700 tie in every row of x
+    x[1] = w[300].abs()                                            # ... and win in row 1: the first one counts
+    vals, idx = G.argmax_buffers(w, 3)
+    logits = G.gemv(w, x, argmax_into=(vals, idx))
+    assert argmax.tokens_from_blocks(vals, idx).tolist() == logits.argmax(-1).tolist()
+    assert logits.argmax(-1)[1] == 300
+    with pytest.raises(ValueError, match="argmax_into must be"):
+        G.gemv(w, x, argmax_into=(vals[:, :-1], idx[:, :-1]))
+
+
 def test_greedy_tokens_is_torch_argmax_ties_included():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 2500, generator=g).to(torch.bfloat16)      # 2500: not a multiple of BLOCK

@@ -1,4 +1,4 @@
-"""Triton kernels for the batch-1 decode step (notebook 05, "The step in six kernels a layer").
+"""Triton kernels for the batch-1 decode step (notebook 05, "Fewer, wider kernels: the step written in Triton").
 
 At batch 1 every weight is read once per token and used for one multiply-add: the step is a
 chain of matrix-vector products, and its speed is how close each one reads at the copy rate.
@@ -9,10 +9,11 @@ a kernel each in the eager step. Here they ride inside the products that need th
                 x, and the residual add folded into the store of y; optionally launched with
                 programmatic dependent launch, so a kernel reads its first weights while the
                 previous one finishes;
-- `rope`        RoPE as a helper that a kernel calls on what it loads: the decode attention
-                kernel (attention/paged_triton.py) rotates q and k and appends k and v itself;
-- `argmax`      the greedy token in two small kernels instead of one slow reduction;
-- `step`        `TritonDecodeStep`: the course model's decode step from these, five kernels a layer.
+- `qkv_rope`    the q/k/v product with RoPE and the K/V append in its store;
+- `argmax`      the greedy token: the logits product's store keeps each program's largest logit,
+                and one small kernel picks the winner (PyTorch reduces 128k logits in one block);
+- `step`        `TritonDecodeStep`: the course model's decode step from these, five kernels a
+                layer (six when attention cuts the context into slices).
 
 Importing a kernel module without CUDA sets TRITON_INTERPRET=1 (tests run on CPU tensors).
 """

@@ -5,6 +5,9 @@ reference H200 it took about as long as reading a tenth of the model's weights. 
 kernel cuts each row into blocks, one program per block, and keeps each block's maximum and its
 index; the second takes, per row, the first block holding the largest maximum. Ties go to the
 lowest index, as torch.argmax does.
+
+In the decode step the first half rides in the logits product's store (`gemv(argmax_into=...)`),
+so greedy decoding adds only the second kernel (`tokens_from_blocks`).
 """
 from __future__ import annotations
 
@@ -46,6 +49,16 @@ def _row_argmax_kernel(VALS, IDX, OUT, n_blocks, BLOCKS_P: tl.constexpr, PDL: tl
     tl.store(OUT + row, tl.load(IDX + row * n_blocks + first).to(tl.int64))
 
 
+def tokens_from_blocks(vals: torch.Tensor, idx: torch.Tensor, pdl: bool = False,
+                       out: torch.Tensor | None = None) -> torch.Tensor:
+    """Each row's index of its first largest block maximum: vals, idx [B, blocks] -> int64 [B]."""
+    rows, n_blocks = vals.shape
+    out = torch.empty(rows, dtype=torch.int64, device=vals.device) if out is None else out
+    _row_argmax_kernel[(rows,)](vals, idx, out, n_blocks, BLOCKS_P=triton.next_power_of_2(n_blocks), PDL=pdl,
+                                num_warps=4, **({"launch_pdl": True} if pdl else {}))
+    return out
+
+
 def greedy_tokens(logits: torch.Tensor, pdl: bool = False) -> torch.Tensor:
     """logits [B, V] -> int64 [B], the index of each row's largest logit (the first, on ties)."""
     if logits.dim() != 2 or logits.stride(1) != 1:
@@ -54,10 +67,6 @@ def greedy_tokens(logits: torch.Tensor, pdl: bool = False) -> torch.Tensor:
     n_blocks = triton.cdiv(vocab, BLOCK)
     vals = torch.empty(rows, n_blocks, dtype=torch.float32, device=logits.device)
     idx = torch.empty(rows, n_blocks, dtype=torch.int32, device=logits.device)
-    out = torch.empty(rows, dtype=torch.int64, device=logits.device)
-    extra = {"launch_pdl": True} if pdl else {}
     _block_argmax_kernel[(rows, n_blocks)](logits, vals, idx, vocab, logits.stride(0), n_blocks, BLOCK=BLOCK,
-                                           PDL=pdl, num_warps=4, **extra)
-    _row_argmax_kernel[(rows,)](vals, idx, out, n_blocks, BLOCKS_P=triton.next_power_of_2(n_blocks), PDL=pdl,
-                                num_warps=4, **extra)
-    return out
+                                           PDL=pdl, num_warps=4, **({"launch_pdl": True} if pdl else {}))
+    return tokens_from_blocks(vals, idx, pdl)

@@ -16,7 +16,9 @@ The small operations of a layer ride along, each where its data already is:
                    and normalises x as it loads it, so RMSNorm costs no kernel;
 - PROLOGUE=SWIGLU: x is [gate; up] from the previous product; silu(gate) * up is formed on load;
 - RESIDUAL:        y += r in the store (r may be the output itself: the residual stream is updated
-                   in place, each element read and written by the one program that owns it).
+                   in place, each element read and written by the one program that owns it);
+- ARGMAX:          the store also keeps each row's largest value among the program's BLOCK_N
+                   and its index (the logits' first half of greedy decoding, argmax.py).
 Every rounding to the model's dtype happens where the eager step rounds (after the norm, after
 silu, after each product), so bf16 results track the eager step's.
 
@@ -157,10 +159,10 @@ def gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT: tl.constexpr, M: 
 
 
 @triton.jit
-def _gemv_kernel(W, X, OUT, RES, NORM_W, N, K, stride_w, stride_x, stride_o, stride_r, eps,
+def _gemv_kernel(W, X, OUT, RES, NORM_W, VALS, IDX, N, K, stride_w, stride_x, stride_o, stride_r, eps,
                  M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 PROLOGUE: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
-                 DOUBLE_BUFFER: tl.constexpr, LINE: tl.constexpr):
+                 PROLOGUE: tl.constexpr, RESIDUAL: tl.constexpr, ARGMAX: tl.constexpr, PDL: tl.constexpr,
+                 PREFETCH: tl.constexpr, DOUBLE_BUFFER: tl.constexpr, LINE: tl.constexpr):
     DT: tl.constexpr = OUT.dtype.element_ty
     acc, rows = gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT, M, BLOCK_M, BLOCK_N, BLOCK_K,
                           PROLOGUE, PDL, PREFETCH, DOUBLE_BUFFER, LINE)
@@ -171,16 +173,25 @@ def _gemv_kernel(W, X, OUT, RES, NORM_W, N, K, stride_w, stride_x, stride_o, str
         r = tl.load(RES + ms[:, None] * stride_r + rows[None, :], mask=omask, other=0.0)
         y = (y.to(tl.float32) + r.to(tl.float32)).to(DT)
     tl.store(OUT + ms[:, None] * stride_o + rows[None, :], y, mask=omask)
+    if ARGMAX:   # each row's largest (rounded) value among these rows, the first on ties
+        best, where = tl.max(tl.where(omask, y.to(tl.float32), float("-inf")), 1, return_indices=True,
+                             return_indices_tie_break_left=True)
+        blocks = tl.num_programs(0)
+        tl.store(VALS + ms * blocks + tl.program_id(0), best, mask=ms < M)
+        tl.store(IDX + ms * blocks + tl.program_id(0), tl.program_id(0) * BLOCK_N + where, mask=ms < M)
 
 
 def gemv(weight: torch.Tensor, x: torch.Tensor, *, prologue: str = "plain", norm_weight: torch.Tensor | None = None,
          eps: float = 1e-5, residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
-         pdl: bool = False, blocks: tuple[int, int] | None = None, num_warps: int | None = None) -> torch.Tensor:
+         pdl: bool = False, blocks: tuple[int, int] | None = None, num_warps: int | None = None,
+         argmax_into: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """x [M, K] (or [M, 2K] for prologue="swiglu") -> [M, N] = prologue(x) @ weight.T (+ residual).
 
     prologue: "plain", "norm" (RMSNorm with `norm_weight` and `eps` first) or "swiglu"
     (silu(x[:, :K]) * x[:, K:] first). `out` may be `residual` itself (an in-place update).
     Block shapes: `blocks` (and `num_warps`) when given, else `gemv_blocks`.
+    argmax_into: (values float32, indices int32), each [M, programs] (`argmax_buffers`): each
+    program's largest output of each row and its index, for `argmax.tokens_from_blocks`.
     """
     if prologue not in PROLOGUES:
         raise ValueError(f"prologue must be one of {sorted(PROLOGUES)}, got {prologue!r}")
@@ -200,15 +211,27 @@ def gemv(weight: torch.Tensor, x: torch.Tensor, *, prologue: str = "plain", norm
     if residual is not None and residual.shape != (m, n):
         raise ValueError(f"residual must be [{m}, {n}], got {tuple(residual.shape)}")
     res = residual if residual is not None else out
-    args = (weight, x, out, res, norm_weight if norm_weight is not None else weight, n, k,
+    block_n, block_k = blocks or gemv_blocks(n, k, _sm_count(x.device))
+    vals, idx = argmax_into if argmax_into is not None else (out, out)
+    if argmax_into is not None and (vals.shape != (m, triton.cdiv(n, block_n)) or idx.shape != vals.shape):
+        raise ValueError(f"argmax_into must be two [{m}, {triton.cdiv(n, block_n)}] tensors (argmax_buffers), "
+                         f"got {tuple(vals.shape)} and {tuple(idx.shape)}")
+    args = (weight, x, out, res, norm_weight if norm_weight is not None else weight, vals, idx, n, k,
             weight.stride(0), x.stride(0), out.stride(0), res.stride(0), eps)
     shape = dict(M=m, BLOCK_M=max(2, triton.next_power_of_2(m)), PROLOGUE=PROLOGUES[prologue],
-                 RESIDUAL=residual is not None, PDL=pdl, **({"launch_pdl": True} if pdl else {}),
-                 **stream_options(weight, pdl))
-    block_n, block_k = blocks or gemv_blocks(n, k, _sm_count(x.device))
+                 RESIDUAL=residual is not None, ARGMAX=argmax_into is not None, PDL=pdl,
+                 **({"launch_pdl": True} if pdl else {}), **stream_options(weight, pdl))
     _gemv_kernel[(triton.cdiv(n, block_n),)](*args, BLOCK_N=block_n, BLOCK_K=block_k,
                                              num_warps=num_warps or NUM_WARPS, **shape)
     return out
+
+
+def argmax_buffers(weight: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Buffers for `gemv(weight, x [m, K], argmax_into=...)` with the default block shapes."""
+    n, k = weight.shape
+    blocks = triton.cdiv(n, gemv_blocks(n, k, _sm_count(weight.device))[0])
+    return (torch.empty(m, blocks, dtype=torch.float32, device=weight.device),
+            torch.empty(m, blocks, dtype=torch.int32, device=weight.device))
 
 
 def stream_options(weight: torch.Tensor, pdl: bool) -> dict:

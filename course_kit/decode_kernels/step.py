@@ -12,8 +12,9 @@ same weights and the same `StaticKVCache`, with a different kernel plan per laye
     RMSNorm, w13, split, silu, mul                 5. gemv(w13, prologue="norm")
     w2, residual add                               6. gemv(w2, prologue="swiglu", residual=x)
 (five or six: the merge runs only when the context is cut into slices), then the final norm
-and the logits in one `gemv(prologue="norm")`, and the greedy token in two small kernels
-(`argmax.greedy_tokens`) instead of PyTorch's one-block reduction.
+and the logits in one `gemv(prologue="norm")`, whose store also keeps each program's largest logit,
+so the greedy token takes one small kernel (`argmax.tokens_from_blocks`) instead of PyTorch's
+one-block reduction.
 
 Attention reuses notebook 06's paged decode kernel: a static cache row [n_kv, S, D] is a paged
 cache whose one block holds all S positions, so the block table is just the row number. Nothing
@@ -29,8 +30,8 @@ import torch.nn.functional as F
 from ..attention.paged_triton import paged_decode_triton
 from ..models import llama
 from ..parallel.comm import all_reduce_sum, gather_from_tp_region, world
-from .argmax import greedy_tokens
-from .gemv import HAS_PDL, gemv
+from .argmax import greedy_tokens, tokens_from_blocks
+from .gemv import HAS_PDL, argmax_buffers, gemv
 from .qkv_rope import qkv_rope
 
 
@@ -51,6 +52,8 @@ class TritonDecodeStep:
                              f"gdc_wait; this is {self.device}")
         self.n_heads, self.eps, self.scale = cfg.n_heads, cfg.norm_eps, model.scale
         self._tables: dict[int, torch.Tensor] = {}
+        self._argmax: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._blocks_of: torch.Tensor | None = None     # the logits whose block maxima _argmax holds
         # a tensor-parallel shard (parallel/tp_llama.py) holds a slice of every weight, the head's
         # a slice of the vocabulary; its products are summed or gathered across ranks
         self.group = getattr(model, "group", None)
@@ -78,8 +81,15 @@ class TritonDecodeStep:
             x = self._add_product(attn.wo.weight, o.view(b, -1), x, "plain")
             h = gemv(ffn.w13.weight, x, prologue="norm", norm_weight=layer.ffn_norm.weight, eps=self.eps, pdl=pdl)
             x = self._add_product(ffn.w2.weight, h, x, "swiglu")
-        logits = gemv(model.head_weight, x, prologue="norm", norm_weight=model.norm.weight, eps=self.eps, pdl=pdl)
-        return gather_from_tp_region(logits, self.group) if self.world > 1 else logits
+        if self.world > 1:   # each rank holds a slice of the vocabulary: gather, then argmax the whole
+            logits = gemv(model.head_weight, x, prologue="norm", norm_weight=model.norm.weight, eps=self.eps, pdl=pdl)
+            return gather_from_tp_region(logits, self.group)
+        if b not in self._argmax:    # made once per batch size, before capture (like _table)
+            self._argmax[b] = argmax_buffers(model.head_weight, b)
+        logits = gemv(model.head_weight, x, prologue="norm", norm_weight=model.norm.weight, eps=self.eps, pdl=pdl,
+                      argmax_into=self._argmax[b])
+        self._blocks_of = logits
+        return logits
 
     def attention_inputs(self, i: int, x: torch.Tensor, positions: torch.Tensor,
                          cache: llama.StaticKVCache) -> torch.Tensor:
@@ -97,6 +107,10 @@ class TritonDecodeStep:
         part = gemv(weight, h, prologue=prologue, residual=x if self.rank == 0 else None, pdl=self.pdl)
         return all_reduce_sum(part, self.group)
 
-    def greedy(self, logits: torch.Tensor) -> torch.Tensor:
-        """The greedy token of each row (`sampling.sample` at temperature 0), in two Triton kernels."""
-        return greedy_tokens(logits, pdl=self.pdl)
+    def greedy(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The greedy token of each row (`sampling.sample` at temperature 0). For the logits this step
+        just made, their blocks' maxima are known already: one kernel; otherwise two."""
+        if logits is self._blocks_of:
+            return tokens_from_blocks(*self._argmax[logits.shape[0]], pdl=self.pdl, out=out)
+        tokens = greedy_tokens(logits, pdl=self.pdl)
+        return tokens if out is None else out.copy_(tokens)

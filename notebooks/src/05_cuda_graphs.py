@@ -281,8 +281,11 @@ fig
 # - **one matrix-vector kernel**, `gemv`. Each program owns a few rows of W and reads them in 16 KiB
 #   tiles, to keep enough bytes in flight on every SM. RMSNorm is folded into its load of x, SwiGLU
 #   likewise, and the residual add into its store: those cost no kernel of their own;
-# - **one kernel for RoPE and the K/V append**, then notebook 06's paged decode-attention kernel
-#   reading the static cache (a cache row is a paged cache with one block);
+# - **the q/k/v product does RoPE and the K/V append in its store**: each program takes RoPE's row
+#   pairs (i, i + D/2) of wqkv, so it holds both halves of every pair it rotates. Then notebook 06's
+#   paged decode-attention kernel reads the static cache (a cache row is a paged cache with one block);
+# - **the logits product keeps each program's largest logit** in its store, so the greedy token
+#   costs one small kernel;
 # - on Hopper, every kernel is launched with **programmatic dependent launch** (PDL): a kernel starts,
 #   and reads its first weights, while the one before it is still finishing.
 #
@@ -293,9 +296,10 @@ fig
 # %%
 ok_triton, why_triton = availability.triton_status()
 if ok_triton:
-    from course_kit.decode_kernels import gemv as dk_gemv, step as dk_step
+    from course_kit.decode_kernels import gemv as dk_gemv, qkv_rope as dk_qkv_rope, step as dk_step
     show_source(dk_gemv.gemv_rows.fn)
     show_source(dk_gemv._gemv_kernel.fn)
+    show_source(dk_qkv_rope._qkv_rope_kernel.fn)
     show_source(dk_step.TritonDecodeStep.__call__)
 else:
     md(f"Triton cannot run here ({why_triton}): the sources and the live check are skipped.")
