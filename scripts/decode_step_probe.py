@@ -120,10 +120,10 @@ def step_row(model, prompts, check, want, read, copy_gbs, preset, name, kw, pdl)
     cfg = model.config
     t0 = time.perf_counter()
     knobs = kw.pop("knobs", {})
-    saved = {k: getattr(G, k) for k in knobs if hasattr(G, k)}
-    for k, v in knobs.items():
-        if hasattr(G, k):
-            setattr(G, k, v)
+    modules = (G, S)          # a knob is a module constant of gemv or step
+    saved = [(m, k, getattr(m, k)) for k in knobs for m in modules if hasattr(m, k)]
+    for m, k, _ in saved:
+        setattr(m, k, knobs[k])
     if "splits" in knobs:   # attention's context slices (default: decode_splits' rule)
         S.paged_decode_triton = functools.partial(paged_decode_triton, splits=knobs["splits"])
     try:
@@ -132,8 +132,8 @@ def step_row(model, prompts, check, want, read, copy_gbs, preset, name, kw, pdl)
             runner.decode.pdl = pdl
             runner.capture_all()
     finally:
-        for k, v in saved.items():
-            setattr(G, k, v)
+        for m, k, v in saved:
+            setattr(m, k, v)
         S.paged_decode_triton = paged_decode_triton
     build_s = time.perf_counter() - t0
     got = runner.generate(check, 32)
@@ -169,14 +169,9 @@ def main() -> None:
     if "step" in parts:
         tri = lambda **knobs: {"kernels": "triton", "knobs": knobs}  # noqa: E731
         variants = [("triton_graph_pdl", tri(), True),
-                    ("attention in 1 slice", tri(splits=1), True),
-                    ("attention in 2 slices", tri(splits=2), True),
+                    ("F.embedding", tri(TRITON_EMBEDDING=False), True),
                     ("attention in 4 slices", tri(splits=4), True),
                     ("pdl 2/SM", tri(PROGRAMS_PER_SM=2), True),
-                    ("pdl 4/SM", tri(PROGRAMS_PER_SM=4), True),
-                    ("pdl 3/SM, tiles of 16384", tri(TILE=16384), True),
-                    ("pdl 3/SM, 8 warps", tri(NUM_WARPS=8), True),
-                    ("pdl 4/SM, tiles of 4096", tri(PROGRAMS_PER_SM=4, TILE=4096), True),
                     ("triton_graph_pdl again", tri(), True)]
         if args.baselines:
             variants = [("graph", {}, None), ("fused_graph", {"fuse": True}, None)] + variants
