@@ -11,7 +11,9 @@ Three parts, one JSON file (written after each part, so a cut-off run keeps what
    Tokens against the eager step, ms per token (at 66 keys, and at 482 of the cache's 512), GB/s
    and a kernel profile. The variant list is the last round's; earlier rounds' are in the logs
    (decode-probe-1-s8.json: double-buffered tiles and L2 prefetch were slower, RoPE in the q/k/v
-   product's store faster; candidate kernels wait in scripts/ until such a run measures them).
+   product's store faster; -3-s8: a Triton embedding kernel that joins the PDL chain made no
+   difference beyond the run's spread, so F.embedding stays). Candidate kernels wait in scripts/
+   until such a run measures them.
 3. "fp32": the Triton step's greedy tokens against HF transformers in float32 (smollm-135m shape).
 
     python scripts/decode_step_probe.py OUT.json [--parts gemv,step,fp32] [--tiles 4096,8192]
@@ -169,7 +171,6 @@ def main() -> None:
     if "step" in parts:
         tri = lambda **knobs: {"kernels": "triton", "knobs": knobs}  # noqa: E731
         variants = [("triton_graph_pdl", tri(), True),
-                    ("F.embedding", tri(TRITON_EMBEDDING=False), True),
                     ("attention in 4 slices", tri(splits=4), True),
                     ("pdl 2/SM", tri(PROGRAMS_PER_SM=2), True),
                     ("triton_graph_pdl again", tri(), True)]

@@ -134,15 +134,6 @@ def test_argmax_in_the_products_store_is_torch_argmax_of_its_output(dtype):
         G.gemv(w, x, argmax_into=(vals[:, :-1], idx[:, :-1]))
 
 
-def test_embed_is_f_embedding():
-    from course_kit.decode_kernels.embed import embed
-    table = torch.randn(100, 40, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
-    tokens = torch.tensor([3, 99, 0])
-    assert torch.equal(embed(table, tokens, block=16), F.embedding(tokens, table))    # 40: not a multiple of 16
-    with pytest.raises(ValueError, match="tokens must be"):
-        embed(table, tokens[None])
-
-
 def test_greedy_tokens_is_torch_argmax_ties_included():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 2500, generator=g).to(torch.bfloat16)      # 2500: not a multiple of BLOCK

@@ -31,12 +31,8 @@ from ..attention.paged_triton import paged_decode_triton
 from ..models import llama
 from ..parallel.comm import all_reduce_sum, gather_from_tp_region, world
 from .argmax import greedy_tokens, tokens_from_blocks
-from .embed import embed
 from .gemv import HAS_PDL, argmax_buffers, gemv
 from .qkv_rope import qkv_rope
-
-
-TRITON_EMBEDDING = True   # a probe knob (scripts/decode_step_probe.py): False uses F.embedding
 
 
 def pdl_supported(device: torch.device) -> bool:
@@ -73,9 +69,7 @@ class TritonDecodeStep:
     @torch.no_grad()
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, cache: llama.StaticKVCache) -> torch.Tensor:
         model, b, pdl = self.model, tokens.shape[0], self.pdl
-        # the residual stream [B, dim]; the Triton copy lets layer 0's product launch early (PDL)
-        x = embed(model.tok_embeddings.weight, tokens, pdl) if TRITON_EMBEDDING else \
-            F.embedding(tokens, model.tok_embeddings.weight)
+        x = F.embedding(tokens, model.tok_embeddings.weight)          # the residual stream [B, dim]
         table = self._table(b)
         for i, layer in enumerate(model.layers):
             attn, ffn = layer.attention, layer.feed_forward
