@@ -12,8 +12,9 @@ Three parts, one JSON file (written after each part, so a cut-off run keeps what
    and a kernel profile. The variant list is the last round's; earlier rounds' are in the logs
    (decode-probe-1-s8.json: double-buffered tiles and L2 prefetch were slower, RoPE in the q/k/v
    product's store faster; -3-s8: a Triton embedding kernel that joins the PDL chain made no
-   difference beyond the run's spread, so F.embedding stays). Candidate kernels wait in scripts/
-   until such a run measures them.
+   difference beyond the run's spread, so F.embedding stays; -4-s8: SwiGLU in w13's store against
+   w2's load, three times each, alternating). Candidate kernels wait in scripts/ until such a run
+   measures them.
 3. "fp32": the Triton step's greedy tokens against HF transformers in float32 (smollm-135m shape).
 
     python scripts/decode_step_probe.py OUT.json [--parts gemv,step,fp32] [--tiles 4096,8192]
@@ -170,10 +171,10 @@ def main() -> None:
     save = lambda: json.dump(result, open(args.out, "w"), indent=1)  # noqa: E731
     if "step" in parts:
         tri = lambda **knobs: {"kernels": "triton", "knobs": knobs}  # noqa: E731
-        variants = [("triton_graph_pdl", tri(), True),
-                    ("attention in 4 slices", tri(splits=4), True),
-                    ("pdl 2/SM", tri(PROGRAMS_PER_SM=2), True),
-                    ("triton_graph_pdl again", tri(), True)]
+        off = tri(SWIGLU_IN_W13=False)   # SwiGLU formed in w2's load instead of w13's store
+        variants = [("triton_graph_pdl", tri(), True), ("swiglu in w2's load", off, True),
+                    ("triton_graph_pdl 2", tri(), True), ("swiglu in w2's load 2", dict(off), True),
+                    ("triton_graph_pdl 3", tri(), True), ("swiglu in w2's load 3", dict(off), True)]
         if args.baselines:
             variants = [("graph", {}, None), ("fused_graph", {"fuse": True}, None)] + variants
         result["step"] = []

@@ -47,6 +47,28 @@ def test_gemv_every_prologue_against_float64(dtype, rows):
                 act @ wd.T + res.double()) < tol
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("block_n", [2, 8, 32])
+def test_gemv_swiglu_epilogue_is_the_eager_activation(dtype, block_n):
+    """w13's store forms silu(gate) * up (pairs j, j + N/2 in one program): against float64 of the
+    eager step's own operations, and bitwise the product followed by the activation in w2's load."""
+    g = torch.Generator().manual_seed(block_n)
+    w13, x = torch.randn(2 * 40, 96, generator=g).to(dtype), torch.randn(3, 96, generator=g).to(dtype)
+    h = G.gemv(w13, x, epilogue="swiglu", blocks=(block_n, 32))
+    gate, up = F.linear(x, w13).split(40, dim=-1)                 # rounded to dtype, as the eager step
+    want = F.silu(gate).double() * up.double()
+    tol = 1e-6 if dtype == torch.float32 else 2 * BF16_ULP
+    assert h.shape == (3, 40) and _rel(h, want) < tol
+    y = G.gemv(w13, x, blocks=(block_n, 32))                    # the same activation, formed on load
+    assert torch.equal(h, G.gemv(torch.eye(40, dtype=dtype), y, prologue="swiglu", blocks=(8, 32)))
+    with pytest.raises(ValueError, match="even number of rows"):
+        G.gemv(w13[:-1], x, epilogue="swiglu")
+    with pytest.raises(ValueError, match="BLOCK_N must be even"):
+        G.gemv(w13, x, epilogue="swiglu", blocks=(1, 32))
+    with pytest.raises(ValueError, match="epilogue must be"):
+        G.gemv(w13, x, epilogue="gelu")
+
+
 def test_gemv_updates_the_residual_stream_in_place_and_uses_its_own_blocks():
     g = torch.Generator().manual_seed(0)
     w, x, r = torch.randn(64, 48, generator=g), torch.randn(2, 48, generator=g), torch.randn(2, 64, generator=g)

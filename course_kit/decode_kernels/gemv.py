@@ -18,7 +18,9 @@ The small operations of a layer ride along, each where its data already is:
 - RESIDUAL:        y += r in the store (r may be the output itself: the residual stream is updated
                    in place, each element read and written by the one program that owns it);
 - ARGMAX:          the store also keeps each row's largest value among the program's BLOCK_N
-                   and its index (the logits' first half of greedy decoding, argmax.py).
+                   and its index (the logits' first half of greedy decoding, argmax.py);
+- SWIGLU_OUT:      W is [gate; up] (w13): each program takes matching gate and up rows (pairs j,
+                   j + N/2) and stores silu(gate) * up, so the next product (w2) loads a plain x.
 Every rounding to the model's dtype happens where the eager step rounds (after the norm, after
 silu, after each product), so bf16 results track the eager step's.
 
@@ -108,9 +110,10 @@ def gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT: tl.constexpr, M: 
     """This program's BLOCK_N rows of prologue(x) @ W.T, in float32 [BLOCK_M, BLOCK_N], and the
     row indices; what to do with them (the store) is the calling kernel's.
 
-    PAIR_D > 0 (RoPE's pairs, qkv_rope.py): W's rows are heads of PAIR_D rows, and the program
-    takes BLOCK_N / 2 pairs (i, i + PAIR_D / 2) of them: columns [0, BLOCK_N / 2) are the pairs'
-    first rows, the rest their second rows. Otherwise BLOCK_N consecutive rows."""
+    PAIR_D > 0: W's rows are groups of PAIR_D rows, and the program takes BLOCK_N / 2 pairs
+    (i, i + PAIR_D / 2) of them: columns [0, BLOCK_N / 2) are the pairs' first rows, the rest their
+    second rows (`pair_halves` splits them). RoPE's pairs are a head's (PAIR_D = head_dim,
+    qkv_rope.py), SwiGLU's a gate row and its up row (PAIR_D = N). Otherwise BLOCK_N consecutive rows."""
     if PAIR_D > 0:
         HB: tl.constexpr = BLOCK_N // 2
         c = tl.arange(0, BLOCK_N)
@@ -159,32 +162,48 @@ def gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT: tl.constexpr, M: 
 
 
 @triton.jit
+def pair_halves(y, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """[BLOCK_M, BLOCK_N] of pairs (gemv_rows with PAIR_D) -> the first and the second rows of each
+    pair, each [BLOCK_M, BLOCK_N / 2]."""
+    return tl.split(tl.permute(tl.reshape(y, [BLOCK_M, 2, BLOCK_N // 2]), (0, 2, 1)))
+
+
+@triton.jit
 def _gemv_kernel(W, X, OUT, RES, NORM_W, VALS, IDX, N, K, stride_w, stride_x, stride_o, stride_r, eps,
                  M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 PROLOGUE: tl.constexpr, RESIDUAL: tl.constexpr, ARGMAX: tl.constexpr, PDL: tl.constexpr,
-                 PREFETCH: tl.constexpr, DOUBLE_BUFFER: tl.constexpr, LINE: tl.constexpr):
+                 PROLOGUE: tl.constexpr, RESIDUAL: tl.constexpr, ARGMAX: tl.constexpr, SWIGLU_OUT: tl.constexpr,
+                 PDL: tl.constexpr, PREFETCH: tl.constexpr, DOUBLE_BUFFER: tl.constexpr, LINE: tl.constexpr):
     DT: tl.constexpr = OUT.dtype.element_ty
-    acc, rows = gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT, M, BLOCK_M, BLOCK_N, BLOCK_K,
-                          PROLOGUE, PDL, PREFETCH, DOUBLE_BUFFER, LINE)
     ms = tl.arange(0, BLOCK_M)
-    y = acc.to(DT)                                   # the product rounded, as F.linear rounds it
-    omask = (ms[:, None] < M) & (rows < N)[None, :]
-    if RESIDUAL:
-        r = tl.load(RES + ms[:, None] * stride_r + rows[None, :], mask=omask, other=0.0)
-        y = (y.to(tl.float32) + r.to(tl.float32)).to(DT)
-    tl.store(OUT + ms[:, None] * stride_o + rows[None, :], y, mask=omask)
-    if ARGMAX:   # each row's largest (rounded) value among these rows, the first on ties
-        best, where = tl.max(tl.where(omask, y.to(tl.float32), float("-inf")), 1, return_indices=True,
-                             return_indices_tie_break_left=True)
-        blocks = tl.num_programs(0)
-        tl.store(VALS + ms * blocks + tl.program_id(0), best, mask=ms < M)
-        tl.store(IDX + ms * blocks + tl.program_id(0), tl.program_id(0) * BLOCK_N + where, mask=ms < M)
+    if SWIGLU_OUT:   # rows j and j + N/2 (gate and up) in one program; store silu(gate) * up [M, N/2]
+        acc, _ = gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT, M, BLOCK_M, BLOCK_N, BLOCK_K,
+                           PROLOGUE, PDL, PREFETCH, DOUBLE_BUFFER, LINE, SWIGLU_OUT)
+        gate, up = pair_halves(acc.to(DT).to(tl.float32), BLOCK_M, BLOCK_N)   # each rounded, as F.linear
+        act = (gate / (1.0 + tl.exp(-gate))).to(DT).to(tl.float32)            # F.silu, rounded
+        pair = tl.program_id(0) * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
+        tl.store(OUT + ms[:, None] * stride_o + pair[None, :], (act * up).to(DT),
+                 mask=(ms[:, None] < M) & (pair < N // 2)[None, :])
+    else:
+        acc, rows = gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT, M, BLOCK_M, BLOCK_N, BLOCK_K,
+                              PROLOGUE, PDL, PREFETCH, DOUBLE_BUFFER, LINE)
+        y = acc.to(DT)                                   # the product rounded, as F.linear rounds it
+        omask = (ms[:, None] < M) & (rows < N)[None, :]
+        if RESIDUAL:
+            r = tl.load(RES + ms[:, None] * stride_r + rows[None, :], mask=omask, other=0.0)
+            y = (y.to(tl.float32) + r.to(tl.float32)).to(DT)
+        tl.store(OUT + ms[:, None] * stride_o + rows[None, :], y, mask=omask)
+        if ARGMAX:   # each row's largest (rounded) value among these rows, the first on ties
+            best, where = tl.max(tl.where(omask, y.to(tl.float32), float("-inf")), 1, return_indices=True,
+                                 return_indices_tie_break_left=True)
+            blocks = tl.num_programs(0)
+            tl.store(VALS + ms * blocks + tl.program_id(0), best, mask=ms < M)
+            tl.store(IDX + ms * blocks + tl.program_id(0), tl.program_id(0) * BLOCK_N + where, mask=ms < M)
 
 
 def gemv(weight: torch.Tensor, x: torch.Tensor, *, prologue: str = "plain", norm_weight: torch.Tensor | None = None,
          eps: float = 1e-5, residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
          pdl: bool = False, blocks: tuple[int, int] | None = None, num_warps: int | None = None,
-         argmax_into: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+         argmax_into: tuple[torch.Tensor, torch.Tensor] | None = None, epilogue: str = "plain") -> torch.Tensor:
     """x [M, K] (or [M, 2K] for prologue="swiglu") -> [M, N] = prologue(x) @ weight.T (+ residual).
 
     prologue: "plain", "norm" (RMSNorm with `norm_weight` and `eps` first) or "swiglu"
@@ -192,7 +211,14 @@ def gemv(weight: torch.Tensor, x: torch.Tensor, *, prologue: str = "plain", norm
     Block shapes: `blocks` (and `num_warps`) when given, else `gemv_blocks`.
     argmax_into: (values float32, indices int32), each [M, programs] (`argmax_buffers`): each
     program's largest output of each row and its index, for `argmax.tokens_from_blocks`.
+    epilogue="swiglu": weight is [gate; up] (N even); returns silu(y[:, :N/2]) * y[:, N/2:], [M, N/2].
     """
+    if epilogue not in ("plain", "swiglu"):
+        raise ValueError(f"epilogue must be 'plain' or 'swiglu', got {epilogue!r}")
+    swiglu_out = epilogue == "swiglu"
+    if swiglu_out and (weight.shape[0] % 2 or residual is not None or argmax_into is not None):
+        raise ValueError(f"epilogue='swiglu' needs an even number of rows (got {weight.shape[0]}) and no "
+                         "residual or argmax_into")
     if prologue not in PROLOGUES:
         raise ValueError(f"prologue must be one of {sorted(PROLOGUES)}, got {prologue!r}")
     n, k = weight.shape
@@ -207,11 +233,14 @@ def gemv(weight: torch.Tensor, x: torch.Tensor, *, prologue: str = "plain", norm
         raise ValueError("weight and x must be contiguous along K")
     if prologue == "norm" and norm_weight is None:
         raise ValueError("prologue='norm' needs norm_weight")
-    out = torch.empty(m, n, dtype=x.dtype, device=x.device) if out is None else out
+    if out is None:
+        out = torch.empty(m, n // 2 if swiglu_out else n, dtype=x.dtype, device=x.device)
     if residual is not None and residual.shape != (m, n):
         raise ValueError(f"residual must be [{m}, {n}], got {tuple(residual.shape)}")
     res = residual if residual is not None else out
     block_n, block_k = blocks or gemv_blocks(n, k, _sm_count(x.device))
+    if swiglu_out and block_n % 2:
+        raise ValueError(f"epilogue='swiglu' takes whole (gate, up) pairs: BLOCK_N must be even, got {block_n}")
     vals, idx = argmax_into if argmax_into is not None else (out, out)
     if argmax_into is not None and (vals.shape != (m, triton.cdiv(n, block_n)) or idx.shape != vals.shape):
         raise ValueError(f"argmax_into must be two [{m}, {triton.cdiv(n, block_n)}] tensors (argmax_buffers), "
@@ -219,7 +248,8 @@ def gemv(weight: torch.Tensor, x: torch.Tensor, *, prologue: str = "plain", norm
     args = (weight, x, out, res, norm_weight if norm_weight is not None else weight, vals, idx, n, k,
             weight.stride(0), x.stride(0), out.stride(0), res.stride(0), eps)
     shape = dict(M=m, BLOCK_M=max(2, triton.next_power_of_2(m)), PROLOGUE=PROLOGUES[prologue],
-                 RESIDUAL=residual is not None, ARGMAX=argmax_into is not None, PDL=pdl,
+                 RESIDUAL=residual is not None, ARGMAX=argmax_into is not None, SWIGLU_OUT=n if swiglu_out else 0,
+                 PDL=pdl,
                  **({"launch_pdl": True} if pdl else {}), **stream_options(weight, pdl))
     _gemv_kernel[(triton.cdiv(n, block_n),)](*args, BLOCK_N=block_n, BLOCK_K=block_k,
                                              num_warps=num_warps or NUM_WARPS, **shape)

@@ -32,7 +32,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from . import gemv as G  # noqa: E402
-from .gemv import gemv_rows  # noqa: E402
+from .gemv import gemv_rows, pair_halves  # noqa: E402
 
 
 @triton.jit
@@ -46,7 +46,7 @@ def _qkv_rope_kernel(W, X, NORM_W, POS, INV_FREQ, Q_OUT, K_CACHE, V_CACHE, N, K,
     acc, _ = gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT, M, BLOCK_M, BLOCK_N, BLOCK_K, 1, PDL,
                        PREFETCH, DOUBLE_BUFFER, LINE, D)
     y = acc.to(DT).to(tl.float32)                  # the product rounded, as F.linear rounds it
-    x1, x2 = tl.split(tl.permute(tl.reshape(y, [BLOCK_M, 2, HB]), (0, 2, 1)))   # first, second halves
+    x1, x2 = pair_halves(y, BLOCK_M, BLOCK_N)      # each pair's first and second elements
     pair = tl.program_id(0) * HB + tl.arange(0, HB)
     head = pair // (D // 2)            # 0 .. H-1: q; H .. H+KV-1: k; then v
     i = pair % (D // 2)

@@ -35,6 +35,9 @@ from .gemv import HAS_PDL, argmax_buffers, gemv
 from .qkv_rope import qkv_rope
 
 
+SWIGLU_IN_W13 = True   # a probe knob (scripts/decode_step_probe.py)
+
+
 def pdl_supported(device: torch.device) -> bool:
     """Programmatic dependent launch needs Hopper (compute capability 9.0) or newer."""
     return HAS_PDL and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
@@ -79,8 +82,13 @@ class TritonDecodeStep:
             # row b's context is its position + 1 keys: the kernel adds the 1 (no kernel of its own)
             o = paged_decode_triton(q, k, v, table, positions, self.scale, pdl=pdl, context_offset=1)
             x = self._add_product(attn.wo.weight, o.view(b, -1), x, "plain")
-            h = gemv(ffn.w13.weight, x, prologue="norm", norm_weight=layer.ffn_norm.weight, eps=self.eps, pdl=pdl)
-            x = self._add_product(ffn.w2.weight, h, x, "swiglu")
+            if SWIGLU_IN_W13:   # silu(gate) * up in w13's store: w2 loads a plain x
+                h = gemv(ffn.w13.weight, x, prologue="norm", norm_weight=layer.ffn_norm.weight, eps=self.eps,
+                         pdl=pdl, epilogue="swiglu")
+                x = self._add_product(ffn.w2.weight, h, x, "plain")
+            else:               # or in w2's load, each program forming the activations it reads
+                h = gemv(ffn.w13.weight, x, prologue="norm", norm_weight=layer.ffn_norm.weight, eps=self.eps, pdl=pdl)
+                x = self._add_product(ffn.w2.weight, h, x, "swiglu")
         if self.world > 1:   # each rank holds a slice of the vocabulary: gather, then argmax the whole
             logits = gemv(model.head_weight, x, prologue="norm", norm_weight=model.norm.weight, eps=self.eps, pdl=pdl)
             return gather_from_tp_region(logits, self.group)
