@@ -14,7 +14,8 @@ same every run.
 The small operations of a layer ride along, each where its data already is:
 - PROLOGUE=NORM:   x is the residual stream; each program computes x's RMS (K values, from L2)
                    and normalises x as it loads it, so RMSNorm costs no kernel;
-- PROLOGUE=SWIGLU: x is [gate; up] from the previous product; silu(gate) * up is formed on load;
+- PROLOGUE=SWIGLU: x is [gate; up] from the previous product; silu(gate) * up is formed on load
+                   (each program forms every activation it reads: the step uses SWIGLU_OUT);
 - RESIDUAL:        y += r in the store (r may be the output itself: the residual stream is updated
                    in place, each element read and written by the one program that owns it);
 - ARGMAX:          the store also keeps each row's largest value among the program's BLOCK_N

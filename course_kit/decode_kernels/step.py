@@ -9,8 +9,8 @@ same weights and the same `StaticKVCache`, with a different kernel plan per laye
     attention (two products and a softmax)         2. paged_decode_triton on the static cache,
                                                    3. and the merge of its context slices
     wo, residual add                               4. gemv(wo, residual=x)        (in place)
-    RMSNorm, w13, split, silu, mul                 5. gemv(w13, prologue="norm")
-    w2, residual add                               6. gemv(w2, prologue="swiglu", residual=x)
+    RMSNorm, w13, split, silu, mul                 5. gemv(w13, prologue="norm", epilogue="swiglu")
+    w2, residual add                               6. gemv(w2, residual=x)        (in place)
 (five or six: the merge runs only when the context is cut into slices), then the final norm
 and the logits in one `gemv(prologue="norm")`, whose store also keeps each program's largest logit,
 so the greedy token takes one small kernel (`argmax.tokens_from_blocks`) instead of PyTorch's
@@ -35,7 +35,10 @@ from .gemv import HAS_PDL, argmax_buffers, gemv
 from .qkv_rope import qkv_rope
 
 
-SWIGLU_IN_W13 = True   # a probe knob (scripts/decode_step_probe.py)
+# SwiGLU in w13's store made llama-1b's step 13-15 µs shorter on the H200 than in w2's load
+# (each of w2's programs formed all the activations it reads: data/reference/h200/logs/
+# decode-probe-4-s8.json, three runs each). The other way stays as a probe knob.
+SWIGLU_IN_W13 = True
 
 
 def pdl_supported(device: torch.device) -> bool:

@@ -279,8 +279,9 @@ fig
 # kernels a layer launches (the record above says both for the fused runner).
 # `course_kit.decode_kernels` rewrites the step for small batches (at most 8 rows):
 # - **one matrix-vector kernel**, `gemv`. Each program owns a few rows of W and reads them in 16 KiB
-#   tiles, to keep enough bytes in flight on every SM. RMSNorm is folded into its load of x, SwiGLU
-#   likewise, and the residual add into its store: those cost no kernel of their own;
+#   tiles, to keep enough bytes in flight on every SM. RMSNorm is folded into its load of x, the
+#   residual add into its store, and SwiGLU into w13's store (each program takes a gate row and its
+#   up row): those cost no kernel of their own;
 # - **the q/k/v product does RoPE and the K/V append in its store**: each program takes RoPE's row
 #   pairs (i, i + D/2) of wqkv, so it holds both halves of every pair it rotates. Then notebook 06's
 #   paged decode-attention kernel reads the static cache (a cache row is a paged cache with one block);
