@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from course_kit import bench, cuda_graphs, roofline
-from course_kit.benchmarks.cuda_graphs import (SIZES, agreement, kernel_profile, prompts_for, time_steps,
-                                               triton_fp32_vs_hf)
+from course_kit.benchmarks.cuda_graphs import (SIZES, agreement, keys_attended, kernel_profile, prompts_for,
+                                               time_steps, triton_fp32_vs_hf)
 from course_kit.benchmarks.model import weight_bytes
 from course_kit.attention.paged_triton import paged_decode_triton
 from course_kit.decode_kernels import gemv as G
@@ -107,7 +107,7 @@ def step_rows(preset: str, copy_gbs: float, variants) -> list[dict]:
     prompts = prompts_for(cfg, 1, 64)
     check = prompts_for(cfg, 1, 32, seed=1)
     want = cuda_graphs.DecodeGraphRunner(model, 1, 512, sizes=[1], use_graphs=False, verbose=False).generate(check, 32)
-    read = weight_bytes(model) + cfg.kv_bytes_per_token(torch.bfloat16) * 512
+    read = weight_bytes(model) + cfg.kv_bytes_per_token(torch.bfloat16) * keys_attended(64)
     for name, kw, pdl in variants:
         try:
             rows.append(step_row(model, prompts, check, want, read, copy_gbs, preset, name, kw, pdl))

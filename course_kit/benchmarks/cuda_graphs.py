@@ -59,6 +59,12 @@ def prompts_for(cfg, batch: int, length: int, seed: int = 0) -> list[list[int]]:
     return torch.randint(1, cfg.vocab_size, (batch, length), generator=g).tolist()
 
 
+def keys_attended(prompt_len: int) -> int:
+    """K/V positions each row reads in a step `time_steps` times: it decodes at position
+    prompt_len + 1, so the keys 0 .. prompt_len + 1 (not the whole cache it was given)."""
+    return prompt_len + 2
+
+
 def time_steps(step, cfg, batch: int, prompt_len: int, device, repeat: int) -> bench.Timing:
     """Median time of one decode step at `batch` (tokens at position prompt_len + 1)."""
     tokens = torch.randint(1, cfg.vocab_size, (batch,), device=device)
@@ -137,7 +143,7 @@ def run(params: dict) -> dict:
     del hf
     free()
     summary["decode_bytes"] = {"preset": preset, "weights": weight_bytes(model),
-                               "kv_per_row": cfg.kv_bytes_per_token(dtype) * spec["max_seq"]}
+                               "kv_per_row": cfg.kv_bytes_per_token(dtype) * keys_attended(spec["prompt_len"])}
 
     # correctness first: graph replay against the same padded step run eagerly
     check_prompts = prompts_for(cfg, min(3, maxb), spec["prompt_len"] // 2, seed=1)
@@ -277,7 +283,7 @@ def _bandwidth(spec, dtype, device, copy_gbs, results) -> dict:
     big = spec["big"]
     model = llama.Transformer.from_preset(big, seed=0, dtype=dtype, device=device)
     cfg = model.config
-    read = weight_bytes(model) + cfg.kv_bytes_per_token(dtype) * spec["max_seq"]
+    read = weight_bytes(model) + cfg.kv_bytes_per_token(dtype) * keys_attended(spec["prompt_len"])
     check = prompts_for(cfg, 1, spec["prompt_len"] // 2, seed=1)
     out, profiles, tokens = {}, {}, {}
     for name, kw in BIG_FORMS:
