@@ -156,6 +156,19 @@ def test_argmax_in_the_products_store_is_torch_argmax_of_its_output(dtype):
         G.gemv(w, x, argmax_into=(vals[:, :-1], idx[:, :-1]))
 
 
+def test_step_greedy_uses_the_logits_products_maxima_only_for_its_own_untouched_logits():
+    model = llama.Transformer.from_preset("tiny", seed=0, dtype=torch.float32)
+    cache = llama.StaticKVCache(model.config, 2, 32, torch.float32)
+    model.prefill(torch.tensor([[5, 6, 7], [8, 9, 10]]), cache)
+    step = S.TritonDecodeStep(model)
+    logits = step(torch.tensor([3, 4]), torch.tensor([3, 3]), cache)
+    assert step.greedy(logits).tolist() == logits.argmax(-1).tolist()
+    logits[:, logits.argmax(-1)] = -1e9                               # a banned token: changed in place
+    assert step.greedy(logits).tolist() == logits.argmax(-1).tolist()
+    out = torch.zeros(2, dtype=torch.long)
+    assert step.greedy(logits.clone(), out=out) is out and out.tolist() == logits.argmax(-1).tolist()
+
+
 def test_greedy_tokens_is_torch_argmax_ties_included():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 2500, generator=g).to(torch.bfloat16)      # 2500: not a multiple of BLOCK

@@ -59,7 +59,7 @@ class TritonDecodeStep:
         self.n_heads, self.eps, self.scale = cfg.n_heads, cfg.norm_eps, model.scale
         self._tables: dict[int, torch.Tensor] = {}
         self._argmax: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._blocks_of: torch.Tensor | None = None     # the logits whose block maxima _argmax holds
+        self._blocks_of: tuple[torch.Tensor, int] | None = None   # (logits, their _version) of _argmax
         # a tensor-parallel shard (parallel/tp_llama.py) holds a slice of every weight, the head's
         # a slice of the vocabulary; its products are summed or gathered across ranks
         self.group = getattr(model, "group", None)
@@ -99,7 +99,7 @@ class TritonDecodeStep:
             self._argmax[b] = argmax_buffers(model.head_weight, b)
         logits = gemv(model.head_weight, x, prologue="norm", norm_weight=model.norm.weight, eps=self.eps, pdl=pdl,
                       argmax_into=self._argmax[b])
-        self._blocks_of = logits
+        self._blocks_of = (logits, logits._version)
         return logits
 
     def attention_inputs(self, i: int, x: torch.Tensor, positions: torch.Tensor,
@@ -120,8 +120,10 @@ class TritonDecodeStep:
 
     def greedy(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """The greedy token of each row (`sampling.sample` at temperature 0). For the logits this step
-        just made, their blocks' maxima are known already: one kernel; otherwise two."""
-        if logits is self._blocks_of:
+        just made, untouched since (torch counts in-place changes in `_version`), their blocks' maxima
+        are known already: one kernel; otherwise two."""
+        made = self._blocks_of
+        if made is not None and logits is made[0] and logits._version == made[1]:
             return tokens_from_blocks(*self._argmax[logits.shape[0]], pdl=self.pdl, out=out)
         tokens = greedy_tokens(logits, pdl=self.pdl)
         return tokens if out is None else out.copy_(tokens)
