@@ -9,12 +9,13 @@ Three parts, one JSON file (written after each part, so a cut-off run keeps what
    over launch and block settings (module constants of decode_kernels.gemv, set per variant) and
    attention's context slices; --baselines adds the model's own step and the Inductor-fused one.
    Tokens against the eager step, ms per token (at 66 keys, and at 482 of the cache's 512), GB/s
-   and a kernel profile. The variant list is the last round's; earlier rounds' are in the logs
+   and a kernel profile. The variant list is a baseline to start from; each round's is in its log
    (decode-probe-1-s8.json: double-buffered tiles and L2 prefetch were slower, RoPE in the q/k/v
    product's store faster; -3-s8: a Triton embedding kernel that joins the PDL chain made no
    difference beyond the run's spread, so F.embedding stays; -4-s8: SwiGLU in w13's store against
-   w2's load, three times each, alternating). Candidate kernels wait in scripts/ until such a run
-   measures them.
+   w2's load, three times each, alternating, before the step kept only the first). A knob is a
+   module constant of decode_kernels.gemv or .step; candidate kernels wait in scripts/ until such a
+   run measures them.
 3. "fp32": the Triton step's greedy tokens against HF transformers in float32 (smollm-135m shape).
 
     python scripts/decode_step_probe.py OUT.json [--parts gemv,step,fp32] [--tiles 4096,8192]
@@ -171,10 +172,8 @@ def main() -> None:
     save = lambda: json.dump(result, open(args.out, "w"), indent=1)  # noqa: E731
     if "step" in parts:
         tri = lambda **knobs: {"kernels": "triton", "knobs": knobs}  # noqa: E731
-        off = tri(SWIGLU_IN_W13=False)   # SwiGLU formed in w2's load instead of w13's store
-        variants = [("triton_graph_pdl", tri(), True), ("swiglu in w2's load", off, True),
-                    ("triton_graph_pdl 2", tri(), True), ("swiglu in w2's load 2", dict(off), True),
-                    ("triton_graph_pdl 3", tri(), True), ("swiglu in w2's load 3", dict(off), True)]
+        variants = [("triton_graph_pdl", tri(), True), ("pdl 2/SM", tri(PROGRAMS_PER_SM=2), True),
+                    ("attention in 4 slices", tri(splits=4), True), ("triton_graph_pdl again", tri(), True)]
         if args.baselines:
             variants = [("graph", {}, None), ("fused_graph", {"fuse": True}, None)] + variants
         result["step"] = []

@@ -8,7 +8,7 @@ overlaps its neighbours (PDL, below). At batch 1 a product is a pure read of W; 
 speed is how many bytes each SM keeps in flight and how long the kernel's start and tail leave
 the memory idle. So each program owns BLOCK_N rows of W and walks K in tiles of BLOCK_N x BLOCK_K, wide enough
 (16 KiB of bf16) that one load keeps an SM's memory pipe busy; there are enough programs to give
-every SM two (`gemv_blocks`). No split-K, so no atomics and no reduction kernel: the sums are the
+every SM PROGRAMS_PER_SM (`gemv_blocks`). No split-K, so no atomics and no reduction kernel: the sums are the
 same every run.
 
 The small operations of a layer ride along, each where its data already is:
@@ -47,10 +47,9 @@ PROLOGUES = {"plain": PLAIN, "norm": NORM, "swiglu": SWIGLU}
 PROGRAMS_PER_SM = 3          # chosen on the H200, inside the whole step with PDL (logs under
 TILE = 8192                  # data/reference/h200/logs/decode-probe-*-s[78].json): 3 programs an SM,
 NUM_WARPS = 4                # tiles of 8192 weights (16 KiB of bf16) per load, 4 warps
-# Two ways to keep more bytes in flight, both off: they made llama-1b's step slower on the H200
-# (decode-probe-1-s8.json: 1.11 and 0.92-1.02 ms against 0.86). They stay as knobs for the probe.
-DOUBLE_BUFFER = False        # load tile k+1 before folding tile k (two tiles in flight a program)
-PREFETCH_TILES = 0           # tiles after the first to prefetch into L2 before waiting (PDL only)
+# Two ways to keep more bytes in flight made llama-1b's step slower on the H200 and are not here:
+# loading tile k+1 before folding tile k (1.11 ms against 0.86), and prefetching the next tiles
+# into L2 before the PDL wait (0.92-1.02 ms); decode-probe-1-s8.json, code in its commit 79cff77.
 
 
 def gemv_blocks(n: int, k: int, sms: int, programs_per_sm: int | None = None,
@@ -97,17 +96,9 @@ def _fold_tile(acc, w, X, NORM_W, inv, k0, K, stride_x, ms, ks,
 
 
 @triton.jit
-def _prefetch_l2(ptrs):
-    """Ask L2 to fetch the 128-byte lines at ptrs (a hint: no registers, no result)."""
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
-                              dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
 def gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT: tl.constexpr, M: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PROLOGUE: tl.constexpr,
-              PDL: tl.constexpr, PREFETCH: tl.constexpr = 0, DOUBLE_BUFFER: tl.constexpr = False,
-              LINE: tl.constexpr = 64, PAIR_D: tl.constexpr = 0):
+              PDL: tl.constexpr, PAIR_D: tl.constexpr = 0):
     """This program's BLOCK_N rows of prologue(x) @ W.T, in float32 [BLOCK_M, BLOCK_N], and the
     row indices; what to do with them (the store) is the calling kernel's.
 
@@ -128,13 +119,6 @@ def gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT: tl.constexpr, M: 
     w_ptrs = W + rows[:, None].to(tl.int64) * stride_w + ks[None, :]
     # The first tile of W: no kernel of this step writes W, so it is read before waiting.
     w = tl.load(w_ptrs, mask=rmask[:, None] & (ks[None, :] < K), other=0.0)
-    if PREFETCH > 0:
-        # and the next PREFETCH tiles into L2, one address per 128-byte line (LINE weights),
-        # clamped inside W: while this kernel waits, the memory keeps streaming
-        lines = tl.arange(0, BLOCK_K // LINE) * LINE
-        row_base = W + tl.minimum(rows, N - 1)[:, None].to(tl.int64) * stride_w
-        for t in tl.static_range(1, PREFETCH + 1):
-            _prefetch_l2(row_base + tl.minimum(t * BLOCK_K + lines, K - 1)[None, :])
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()   # the next kernel may start reading its weights
         tl.extra.cuda.gdc_wait()                # x (the previous kernel's output) is now complete
@@ -147,18 +131,10 @@ def gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT: tl.constexpr, M: 
                 ss += xv * xv
             inv = tl.where(ms == m, tl.math.rsqrt(tl.sum(ss, 0) / K + eps), inv)
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    if DOUBLE_BUFFER:   # tile k+1 is in flight while tile k is folded; the same sums in the same order
-        for k0 in range(BLOCK_K, K, BLOCK_K):
-            w_next = tl.load(w_ptrs + k0, mask=rmask[:, None] & (k0 + ks[None, :] < K), other=0.0)
-            acc = _fold_tile(acc, w, X, NORM_W, inv, k0 - BLOCK_K, K, stride_x, ms, ks, M, PROLOGUE, DT)
-            w = w_next
-        acc = _fold_tile(acc, w, X, NORM_W, inv, (K - 1) // BLOCK_K * BLOCK_K, K, stride_x, ms, ks, M,
-                         PROLOGUE, DT)
-    else:
-        acc = _fold_tile(acc, w, X, NORM_W, inv, 0, K, stride_x, ms, ks, M, PROLOGUE, DT)
-        for k0 in range(BLOCK_K, K, BLOCK_K):
-            w = tl.load(w_ptrs + k0, mask=rmask[:, None] & (k0 + ks[None, :] < K), other=0.0)
-            acc = _fold_tile(acc, w, X, NORM_W, inv, k0, K, stride_x, ms, ks, M, PROLOGUE, DT)
+    acc = _fold_tile(acc, w, X, NORM_W, inv, 0, K, stride_x, ms, ks, M, PROLOGUE, DT)
+    for k0 in range(BLOCK_K, K, BLOCK_K):
+        w = tl.load(w_ptrs + k0, mask=rmask[:, None] & (k0 + ks[None, :] < K), other=0.0)
+        acc = _fold_tile(acc, w, X, NORM_W, inv, k0, K, stride_x, ms, ks, M, PROLOGUE, DT)
     return acc, rows
 
 
@@ -173,12 +149,12 @@ def pair_halves(y, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 def _gemv_kernel(W, X, OUT, RES, NORM_W, VALS, IDX, N, K, stride_w, stride_x, stride_o, stride_r, eps,
                  M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  PROLOGUE: tl.constexpr, RESIDUAL: tl.constexpr, ARGMAX: tl.constexpr, SWIGLU_OUT: tl.constexpr,
-                 PDL: tl.constexpr, PREFETCH: tl.constexpr, DOUBLE_BUFFER: tl.constexpr, LINE: tl.constexpr):
+                 PDL: tl.constexpr):
     DT: tl.constexpr = OUT.dtype.element_ty
     ms = tl.arange(0, BLOCK_M)
     if SWIGLU_OUT:   # rows j and j + N/2 (gate and up) in one program; store silu(gate) * up [M, N/2]
         acc, _ = gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT, M, BLOCK_M, BLOCK_N, BLOCK_K,
-                           PROLOGUE, PDL, PREFETCH, DOUBLE_BUFFER, LINE, SWIGLU_OUT)
+                           PROLOGUE, PDL, SWIGLU_OUT)
         gate, up = pair_halves(acc.to(DT).to(tl.float32), BLOCK_M, BLOCK_N)   # each rounded, as F.linear
         act = (gate / (1.0 + tl.exp(-gate))).to(DT).to(tl.float32)            # F.silu, rounded
         pair = tl.program_id(0) * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
@@ -186,7 +162,7 @@ def _gemv_kernel(W, X, OUT, RES, NORM_W, VALS, IDX, N, K, stride_w, stride_x, st
                  mask=(ms[:, None] < M) & (pair < N // 2)[None, :])
     else:
         acc, rows = gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT, M, BLOCK_M, BLOCK_N, BLOCK_K,
-                              PROLOGUE, PDL, PREFETCH, DOUBLE_BUFFER, LINE)
+                              PROLOGUE, PDL)
         y = acc.to(DT)                                   # the product rounded, as F.linear rounds it
         omask = (ms[:, None] < M) & (rows < N)[None, :]
         if RESIDUAL:
@@ -248,10 +224,10 @@ def gemv(weight: torch.Tensor, x: torch.Tensor, *, prologue: str = "plain", norm
                          f"got {tuple(vals.shape)} and {tuple(idx.shape)}")
     args = (weight, x, out, res, norm_weight if norm_weight is not None else weight, vals, idx, n, k,
             weight.stride(0), x.stride(0), out.stride(0), res.stride(0), eps)
+    # SWIGLU_OUT is N itself (the pairs' distance, gemv_rows' PAIR_D), or 0 for a plain store
     shape = dict(M=m, BLOCK_M=max(2, triton.next_power_of_2(m)), PROLOGUE=PROLOGUES[prologue],
                  RESIDUAL=residual is not None, ARGMAX=argmax_into is not None, SWIGLU_OUT=n if swiglu_out else 0,
-                 PDL=pdl,
-                 **({"launch_pdl": True} if pdl else {}), **stream_options(weight, pdl))
+                 PDL=pdl, **({"launch_pdl": True} if pdl else {}))
     _gemv_kernel[(triton.cdiv(n, block_n),)](*args, BLOCK_N=block_n, BLOCK_K=block_k,
                                              num_warps=num_warps or NUM_WARPS, **shape)
     return out
@@ -263,13 +239,6 @@ def argmax_buffers(weight: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Te
     blocks = triton.cdiv(n, gemv_blocks(n, k, _sm_count(weight.device))[0])
     return (torch.empty(m, blocks, dtype=torch.float32, device=weight.device),
             torch.empty(m, blocks, dtype=torch.int32, device=weight.device))
-
-
-def stream_options(weight: torch.Tensor, pdl: bool) -> dict:
-    """The streaming knobs (DOUBLE_BUFFER, PREFETCH_TILES) as kernel arguments. The L2 prefetch
-    is inline PTX, so the interpreter (CPU) and launches without PDL (nothing to overlap) skip it."""
-    prefetch = PREFETCH_TILES if pdl and weight.is_cuda else 0
-    return dict(PREFETCH=prefetch, DOUBLE_BUFFER=DOUBLE_BUFFER, LINE=128 // weight.element_size())
 
 
 def _sm_count(device: torch.device) -> int:

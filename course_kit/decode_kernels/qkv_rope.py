@@ -40,11 +40,10 @@ def _qkv_rope_kernel(W, X, NORM_W, POS, INV_FREQ, Q_OUT, K_CACHE, V_CACHE, N, K,
                      stride_qm, stride_cb, stride_ch, stride_cs, eps,
                      H: tl.constexpr, KV: tl.constexpr, D: tl.constexpr,
                      M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     PDL: tl.constexpr, PREFETCH: tl.constexpr, DOUBLE_BUFFER: tl.constexpr, LINE: tl.constexpr):
+                     PDL: tl.constexpr):
     DT: tl.constexpr = Q_OUT.dtype.element_ty
     HB: tl.constexpr = BLOCK_N // 2
-    acc, _ = gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT, M, BLOCK_M, BLOCK_N, BLOCK_K, 1, PDL,
-                       PREFETCH, DOUBLE_BUFFER, LINE, D)
+    acc, _ = gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT, M, BLOCK_M, BLOCK_N, BLOCK_K, 1, PDL, D)
     y = acc.to(DT).to(tl.float32)                  # the product rounded, as F.linear rounds it
     x1, x2 = pair_halves(y, BLOCK_M, BLOCK_N)      # each pair's first and second elements
     pair = tl.program_id(0) * HB + tl.arange(0, HB)
@@ -100,5 +99,5 @@ def qkv_rope(wqkv: torch.Tensor, x: torch.Tensor, norm_weight: torch.Tensor, eps
         wqkv, x, norm_weight, positions, inv_freq, q, k_cache, v_cache, n, k, wqkv.stride(0), x.stride(0),
         q.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), eps,
         H=n_heads, KV=n_kv, D=d, M=m, BLOCK_M=max(2, triton.next_power_of_2(m)), BLOCK_N=block_n, BLOCK_K=block_k,
-        PDL=pdl, num_warps=G.NUM_WARPS, **G.stream_options(wqkv, pdl), **({"launch_pdl": True} if pdl else {}))
+        PDL=pdl, num_warps=G.NUM_WARPS, **({"launch_pdl": True} if pdl else {}))
     return q

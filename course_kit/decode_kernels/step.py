@@ -35,12 +35,6 @@ from .gemv import HAS_PDL, argmax_buffers, gemv
 from .qkv_rope import qkv_rope
 
 
-# SwiGLU in w13's store made llama-1b's step 13-15 µs shorter on the H200 than in w2's load
-# (each of w2's programs formed all the activations it reads: data/reference/h200/logs/
-# decode-probe-4-s8.json, three runs each). The other way stays as a probe knob.
-SWIGLU_IN_W13 = True
-
-
 def pdl_supported(device: torch.device) -> bool:
     """Programmatic dependent launch needs Hopper (compute capability 9.0) or newer."""
     return HAS_PDL and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
@@ -84,14 +78,13 @@ class TritonDecodeStep:
             k, v = cache.k[i].transpose(1, 2), cache.v[i].transpose(1, 2)
             # row b's context is its position + 1 keys: the kernel adds the 1 (no kernel of its own)
             o = paged_decode_triton(q, k, v, table, positions, self.scale, pdl=pdl, context_offset=1)
-            x = self._add_product(attn.wo.weight, o.view(b, -1), x, "plain")
-            if SWIGLU_IN_W13:   # silu(gate) * up in w13's store: w2 loads a plain x
-                h = gemv(ffn.w13.weight, x, prologue="norm", norm_weight=layer.ffn_norm.weight, eps=self.eps,
-                         pdl=pdl, epilogue="swiglu")
-                x = self._add_product(ffn.w2.weight, h, x, "plain")
-            else:               # or in w2's load, each program forming the activations it reads
-                h = gemv(ffn.w13.weight, x, prologue="norm", norm_weight=layer.ffn_norm.weight, eps=self.eps, pdl=pdl)
-                x = self._add_product(ffn.w2.weight, h, x, "swiglu")
+            x = self._add_product(attn.wo.weight, o.view(b, -1), x)
+            # silu(gate) * up in w13's store, so w2 loads a plain x: 13-15 µs a token shorter on the
+            # H200 than forming it in w2's load, where each program forms every activation it reads
+            # (data/reference/h200/logs/decode-probe-4-s8.json)
+            h = gemv(ffn.w13.weight, x, prologue="norm", norm_weight=layer.ffn_norm.weight, eps=self.eps,
+                     pdl=pdl, epilogue="swiglu")
+            x = self._add_product(ffn.w2.weight, h, x)
         if self.world > 1:   # each rank holds a slice of the vocabulary: gather, then argmax the whole
             logits = gemv(model.head_weight, x, prologue="norm", norm_weight=model.norm.weight, eps=self.eps, pdl=pdl)
             return gather_from_tp_region(logits, self.group)
@@ -109,13 +102,13 @@ class TritonDecodeStep:
         return qkv_rope(layer.attention.wqkv.weight, x, layer.attention_norm.weight, self.eps, positions,
                         self.model.inv_freq, cache.k[i], cache.v[i], self.n_heads, pdl=self.pdl)
 
-    def _add_product(self, weight: torch.Tensor, h: torch.Tensor, x: torch.Tensor, prologue: str) -> torch.Tensor:
-        """x + prologue(h) @ weight.T. On one GPU the sum is written into x in place. Under tensor
+    def _add_product(self, weight: torch.Tensor, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """x + h @ weight.T. On one GPU the sum is written into x in place. Under tensor
         parallelism each rank holds a slice of K (row parallel): the ranks' products are summed by
         one all-reduce, and only rank 0 adds x, so that x enters the sum once."""
         if self.world == 1:
-            return gemv(weight, h, prologue=prologue, residual=x, out=x, pdl=self.pdl)
-        part = gemv(weight, h, prologue=prologue, residual=x if self.rank == 0 else None, pdl=self.pdl)
+            return gemv(weight, h, residual=x, out=x, pdl=self.pdl)
+        part = gemv(weight, h, residual=x if self.rank == 0 else None, pdl=self.pdl)
         return all_reduce_sum(part, self.group)
 
     def greedy(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
