@@ -58,6 +58,9 @@ def test_topic_smoke_on_gpus():
             assert "triton_graph" in row["s_per_token_by_mode"], row.get("triton_graph_error")
             if "fp32_triton_tokens_identical" in row:
                 assert row["fp32_triton_tokens_identical"]
+            if row["tp"] > 1:   # sums folded into the products, and the all-reduce form beside it
+                assert row.get("triton_exchange") == "folded" and "triton_exchange_error" not in row, row
+                assert "triton_graph_all_reduce" in row["s_per_token_by_mode"], row.get("triton_graph_all_reduce_error")
 
 
 @pytest.mark.gpu
@@ -75,3 +78,16 @@ def _device_of_rank(rank, world_size):
     torch.distributed.all_reduce(x)
     assert x.item() == world_size
     return str(x.device)
+
+
+@pytest.mark.gpu
+def test_folded_tp_exchange_equals_the_all_reduce_on_two_gpus():
+    """decode_kernels/exchange.py on two GPUs: the sums folded into the products give the same
+    fp32 logits, bit for bit, as an all-reduce after each product; uncaptured and from a graph."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    from course_kit.parallel import launcher, tp_llama
+    for r in launcher.launch(tp_llama.check_folded_exchange, 2, backend="nccl", reuse=False, timeout_s=300):
+        assert r["folded"], "symmetric memory is missing: the step kept its all-reduce"
+        assert all(r["uncaptured_equal"]) and all(r["replayed_equal"]), r
+        assert r["epoch"] == 6, r            # 3 uncaptured steps and 3 replays (capture runs nothing)

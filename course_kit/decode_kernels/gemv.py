@@ -31,6 +31,8 @@ Weight reads then overlap the previous kernel's tail instead of following it.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ..attention import use_triton_interpreter_without_cuda
@@ -39,6 +41,8 @@ use_triton_interpreter_without_cuda()   # before the first kernel below
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+
+from .exchange import SPIN_LIMIT, Push, Sum, push_rows, signal_ranks, wait_for_ranks  # noqa: E402
 
 HAS_PDL = hasattr(getattr(getattr(tl, "extra", None), "cuda", None), "gdc_wait")   # Triton >= 3.4
 MAX_ROWS = 8                 # a batch above this is a matrix product: cuBLAS's job, not a GEMV's
@@ -66,7 +70,21 @@ def gemv_blocks(n: int, k: int, sms: int, programs_per_sm: int | None = None,
 
 
 @triton.jit
-def _x_tile(X, NORM_W, inv_rms, k0, K, stride_x, m, ks, PROLOGUE: tl.constexpr, DT: tl.constexpr):
+def load_x(X, at, mask, PARTS: tl.constexpr, stride_p, DT: tl.constexpr):
+    """x at `at`, in float32; with PARTS > 1, x is the sum of PARTS partial vectors stride_p apart
+    (the ranks' slots of a folded TP exchange, exchange.py), summed in rank order and rounded to
+    the model's dtype as the all-reduce it replaces rounds."""
+    x = tl.load(X + at, mask=mask, other=0.0).to(tl.float32)
+    if PARTS > 1:
+        for p in tl.static_range(1, PARTS):
+            x += tl.load(X + p * stride_p + at, mask=mask, other=0.0).to(tl.float32)
+        x = x.to(DT).to(tl.float32)
+    return x
+
+
+@triton.jit
+def _x_tile(X, NORM_W, inv_rms, k0, K, stride_x, m, ks, PROLOGUE: tl.constexpr, DT: tl.constexpr,
+            X_PARTS: tl.constexpr, stride_xp):
     """Row m of the product's input, columns k0 + ks, in float32, formed as the eager step forms it."""
     kk = k0 + ks
     kmask = kk < K
@@ -75,7 +93,7 @@ def _x_tile(X, NORM_W, inv_rms, k0, K, stride_x, m, ks, PROLOGUE: tl.constexpr, 
         up = tl.load(X + m * stride_x + K + kk, mask=kmask, other=0.0).to(tl.float32)
         act = (gate / (1.0 + tl.exp(-gate))).to(DT).to(tl.float32)
         return (act * up).to(DT).to(tl.float32)
-    x = tl.load(X + m * stride_x + kk, mask=kmask, other=0.0).to(tl.float32)
+    x = load_x(X, m * stride_x + kk, kmask, X_PARTS, stride_xp, DT)
     if PROLOGUE == 1:    # NORM: weight * (x / rms(x)), rounded after each step as RMSNorm does
         nw = tl.load(NORM_W + kk, mask=kmask, other=0.0).to(tl.float32)
         x = ((x * inv_rms).to(DT).to(tl.float32) * nw).to(DT).to(tl.float32)
@@ -84,12 +102,12 @@ def _x_tile(X, NORM_W, inv_rms, k0, K, stride_x, m, ks, PROLOGUE: tl.constexpr, 
 
 @triton.jit
 def _fold_tile(acc, w, X, NORM_W, inv, k0, K, stride_x, ms, ks,
-               M: tl.constexpr, PROLOGUE: tl.constexpr, DT: tl.constexpr):
+               M: tl.constexpr, PROLOGUE: tl.constexpr, DT: tl.constexpr, X_PARTS: tl.constexpr, stride_xp):
     """acc[m, :] += W_tile @ x[m, tile] for every row m: the weight tile is read once for all rows."""
     wf = w.to(tl.float32)
     for m in tl.static_range(M):
         inv_m = tl.sum(tl.where(ms == m, inv, 0.0), 0)
-        x = _x_tile(X, NORM_W, inv_m, k0, K, stride_x, m, ks, PROLOGUE, DT)
+        x = _x_tile(X, NORM_W, inv_m, k0, K, stride_x, m, ks, PROLOGUE, DT, X_PARTS, stride_xp)
         part = tl.sum(wf * x[None, :], 1)
         acc += tl.where(ms[:, None] == m, part[None, :], 0.0)
     return acc
@@ -98,14 +116,18 @@ def _fold_tile(acc, w, X, NORM_W, inv, k0, K, stride_x, ms, ks,
 @triton.jit
 def gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT: tl.constexpr, M: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PROLOGUE: tl.constexpr,
-              PDL: tl.constexpr, PAIR_D: tl.constexpr = 0):
+              PDL: tl.constexpr, PAIR_D: tl.constexpr = 0, X_PARTS: tl.constexpr = 1, stride_xp=0,
+              READY=None, EPOCH=None, SPIN: tl.constexpr = 0):
     """This program's BLOCK_N rows of prologue(x) @ W.T, in float32 [BLOCK_M, BLOCK_N], and the
     row indices; what to do with them (the store) is the calling kernel's.
 
     PAIR_D > 0: W's rows are groups of PAIR_D rows, and the program takes BLOCK_N / 2 pairs
     (i, i + PAIR_D / 2) of them: columns [0, BLOCK_N / 2) are the pairs' first rows, the rest their
     second rows (`pair_halves` splits them). RoPE's pairs are a head's (PAIR_D = head_dim,
-    qkv_rope.py), SwiGLU's a gate row and its up row (PAIR_D = N). Otherwise BLOCK_N consecutive rows."""
+    qkv_rope.py), SwiGLU's a gate row and its up row (PAIR_D = N). Otherwise BLOCK_N consecutive rows.
+
+    X_PARTS > 1: x is the sum of the ranks' slots of a TP exchange (`load_x`); the program waits
+    for the exchange's flag READY (exchange.wait_for_ranks) before reading them."""
     if PAIR_D > 0:
         HB: tl.constexpr = BLOCK_N // 2
         c = tl.arange(0, BLOCK_N)
@@ -122,19 +144,21 @@ def gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT: tl.constexpr, M: 
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()   # the next kernel may start reading its weights
         tl.extra.cuda.gdc_wait()                # x (the previous kernel's output) is now complete
+    if X_PARTS > 1:
+        wait_for_ranks(READY, EPOCH, X_PARTS, SPIN)   # ... and so is every other rank's part of it
     inv = tl.zeros([BLOCK_M], tl.float32)
     if PROLOGUE == 1:   # 1/rms of each row of x, in float32 over all K (x is small and in L2)
         for m in tl.static_range(M):
             ss = tl.zeros([BLOCK_K], tl.float32)
             for k0 in range(0, K, BLOCK_K):
-                xv = tl.load(X + m * stride_x + k0 + ks, mask=k0 + ks < K, other=0.0).to(tl.float32)
+                xv = load_x(X, m * stride_x + k0 + ks, k0 + ks < K, X_PARTS, stride_xp, DT)
                 ss += xv * xv
             inv = tl.where(ms == m, tl.math.rsqrt(tl.sum(ss, 0) / K + eps), inv)
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    acc = _fold_tile(acc, w, X, NORM_W, inv, 0, K, stride_x, ms, ks, M, PROLOGUE, DT)
+    acc = _fold_tile(acc, w, X, NORM_W, inv, 0, K, stride_x, ms, ks, M, PROLOGUE, DT, X_PARTS, stride_xp)
     for k0 in range(BLOCK_K, K, BLOCK_K):
         w = tl.load(w_ptrs + k0, mask=rmask[:, None] & (k0 + ks[None, :] < K), other=0.0)
-        acc = _fold_tile(acc, w, X, NORM_W, inv, k0, K, stride_x, ms, ks, M, PROLOGUE, DT)
+        acc = _fold_tile(acc, w, X, NORM_W, inv, k0, K, stride_x, ms, ks, M, PROLOGUE, DT, X_PARTS, stride_xp)
     return acc, rows
 
 
@@ -147,14 +171,16 @@ def pair_halves(y, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def _gemv_kernel(W, X, OUT, RES, NORM_W, VALS, IDX, N, K, stride_w, stride_x, stride_o, stride_r, eps,
+                 stride_xp, READY, EPOCH, stride_rp, SLOT_PTRS, ARRIVE, FLAG_PTRS, flag,
                  M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  PROLOGUE: tl.constexpr, RESIDUAL: tl.constexpr, ARGMAX: tl.constexpr, SWIGLU_OUT: tl.constexpr,
-                 PDL: tl.constexpr):
+                 PDL: tl.constexpr, X_PARTS: tl.constexpr, RES_PARTS: tl.constexpr, PUSH: tl.constexpr,
+                 SPIN: tl.constexpr):
     DT: tl.constexpr = OUT.dtype.element_ty
     ms = tl.arange(0, BLOCK_M)
     if SWIGLU_OUT:   # rows j and j + N/2 (gate and up) in one program; store silu(gate) * up [M, N/2]
         acc, _ = gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT, M, BLOCK_M, BLOCK_N, BLOCK_K,
-                           PROLOGUE, PDL, SWIGLU_OUT)
+                           PROLOGUE, PDL, SWIGLU_OUT, X_PARTS, stride_xp, READY, EPOCH, SPIN)
         gate, up = pair_halves(acc.to(DT).to(tl.float32), BLOCK_M, BLOCK_N)   # each rounded, as F.linear
         act = (gate / (1.0 + tl.exp(-gate))).to(DT).to(tl.float32)            # F.silu, rounded
         pair = tl.program_id(0) * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
@@ -162,13 +188,17 @@ def _gemv_kernel(W, X, OUT, RES, NORM_W, VALS, IDX, N, K, stride_w, stride_x, st
                  mask=(ms[:, None] < M) & (pair < N // 2)[None, :])
     else:
         acc, rows = gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT, M, BLOCK_M, BLOCK_N, BLOCK_K,
-                              PROLOGUE, PDL)
+                              PROLOGUE, PDL, 0, X_PARTS, stride_xp, READY, EPOCH, SPIN)
         y = acc.to(DT)                                   # the product rounded, as F.linear rounds it
         omask = (ms[:, None] < M) & (rows < N)[None, :]
         if RESIDUAL:
-            r = tl.load(RES + ms[:, None] * stride_r + rows[None, :], mask=omask, other=0.0)
-            y = (y.to(tl.float32) + r.to(tl.float32)).to(DT)
-        tl.store(OUT + ms[:, None] * stride_o + rows[None, :], y, mask=omask)
+            r = load_x(RES, ms[:, None] * stride_r + rows[None, :], omask, RES_PARTS, stride_rp, DT)
+            y = (y.to(tl.float32) + r).to(DT)
+        if PUSH > 0:     # a TP exchange: into this rank's slot on every rank, then the flag
+            push_rows(SLOT_PTRS, ms, rows, stride_o, y, omask, PUSH)
+            signal_ranks(ARRIVE, FLAG_PTRS, flag, PUSH)
+        else:
+            tl.store(OUT + ms[:, None] * stride_o + rows[None, :], y, mask=omask)
         if ARGMAX:   # each row's largest (rounded) value among these rows, the first on ties
             best, where = tl.max(tl.where(omask, y.to(tl.float32), float("-inf")), 1, return_indices=True,
                                  return_indices_tie_break_left=True)
@@ -177,10 +207,20 @@ def _gemv_kernel(W, X, OUT, RES, NORM_W, VALS, IDX, N, K, stride_w, stride_x, st
             tl.store(IDX + ms * blocks + tl.program_id(0), tl.program_id(0) * BLOCK_N + where, mask=ms < M)
 
 
-def gemv(weight: torch.Tensor, x: torch.Tensor, *, prologue: str = "plain", norm_weight: torch.Tensor | None = None,
-         eps: float = 1e-5, residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
-         pdl: bool = False, blocks: tuple[int, int] | None = None, num_warps: int | None = None,
-         argmax_into: tuple[torch.Tensor, torch.Tensor] | None = None, epilogue: str = "plain") -> torch.Tensor:
+def _parts(t: torch.Tensor | Sum | None) -> tuple[torch.Tensor | None, int, int, Any, Any]:
+    """A plain tensor, or a TP exchange's Sum: (rank 0's part [M, K], parts, their stride, flag, epoch)."""
+    if isinstance(t, Sum):
+        if t.parts.stride(-1) != 1:
+            raise ValueError("an exchange's parts must be contiguous along K")
+        return t.parts[0], t.world, t.parts.stride(0), t.ready, t.epoch
+    return t, 1, 0, None, None
+
+
+def gemv(weight: torch.Tensor, x: torch.Tensor | Sum, *, prologue: str = "plain",
+         norm_weight: torch.Tensor | None = None, eps: float = 1e-5, residual: torch.Tensor | Sum | None = None,
+         out: torch.Tensor | Push | None = None, pdl: bool = False, blocks: tuple[int, int] | None = None,
+         num_warps: int | None = None, argmax_into: tuple[torch.Tensor, torch.Tensor] | None = None,
+         epilogue: str = "plain") -> torch.Tensor:
     """x [M, K] (or [M, 2K] for prologue="swiglu") -> [M, N] = prologue(x) @ weight.T (+ residual).
 
     prologue: "plain", "norm" (RMSNorm with `norm_weight` and `eps` first) or "swiglu"
@@ -189,15 +229,24 @@ def gemv(weight: torch.Tensor, x: torch.Tensor, *, prologue: str = "plain", norm
     argmax_into: (values float32, indices int32), each [M, programs] (`argmax_buffers`): each
     program's largest output of each row and its index, for `argmax.tokens_from_blocks`.
     epilogue="swiglu": weight is [gate; up] (N even); returns silu(y[:, :N/2]) * y[:, N/2:], [M, N/2].
+    Tensor parallelism (exchange.py): x and residual may be an exchange's `Sum` (the ranks' parts,
+    summed as they load), and `out` a `Push` (this rank's part, to every rank; returns its local slot).
     """
     if epilogue not in ("plain", "swiglu"):
         raise ValueError(f"epilogue must be 'plain' or 'swiglu', got {epilogue!r}")
     swiglu_out = epilogue == "swiglu"
-    if swiglu_out and (weight.shape[0] % 2 or residual is not None or argmax_into is not None):
+    push = out if isinstance(out, Push) else None
+    if swiglu_out and (weight.shape[0] % 2 or residual is not None or argmax_into is not None or push):
         raise ValueError(f"epilogue='swiglu' needs an even number of rows (got {weight.shape[0]}) and no "
-                         "residual or argmax_into")
+                         "residual, argmax_into or Push")
+    if push is not None and argmax_into is not None:
+        raise ValueError("a Push output keeps no argmax (argmax_into)")
     if prologue not in PROLOGUES:
         raise ValueError(f"prologue must be one of {sorted(PROLOGUES)}, got {prologue!r}")
+    x, x_parts, stride_xp, ready, epoch = _parts(x)
+    residual, res_parts, stride_rp, _, _ = _parts(residual)
+    if x_parts > 1 and prologue == "swiglu":
+        raise ValueError("prologue='swiglu' reads a plain x, not an exchange's Sum")
     n, k = weight.shape
     m = x.shape[0]
     want_k = 2 * k if prologue == "swiglu" else k
@@ -210,6 +259,10 @@ def gemv(weight: torch.Tensor, x: torch.Tensor, *, prologue: str = "plain", norm
         raise ValueError("weight and x must be contiguous along K")
     if prologue == "norm" and norm_weight is None:
         raise ValueError("prologue='norm' needs norm_weight")
+    if push is not None:
+        out = push.local
+        if out.shape != (m, n) or out.stride(0) != push.stride:
+            raise ValueError(f"the Push slot must be [{m}, {n}] with row stride {push.stride}, got {tuple(out.shape)}")
     if out is None:
         out = torch.empty(m, n // 2 if swiglu_out else n, dtype=x.dtype, device=x.device)
     if residual is not None and residual.shape != (m, n):
@@ -222,12 +275,17 @@ def gemv(weight: torch.Tensor, x: torch.Tensor, *, prologue: str = "plain", norm
     if argmax_into is not None and (vals.shape != (m, triton.cdiv(n, block_n)) or idx.shape != vals.shape):
         raise ValueError(f"argmax_into must be two [{m}, {triton.cdiv(n, block_n)}] tensors (argmax_buffers), "
                          f"got {tuple(vals.shape)} and {tuple(idx.shape)}")
+    unused = weight   # a pointer argument the kernel never reads (its branch is compiled out)
     args = (weight, x, out, res, norm_weight if norm_weight is not None else weight, vals, idx, n, k,
-            weight.stride(0), x.stride(0), out.stride(0), res.stride(0), eps)
+            weight.stride(0), x.stride(0), out.stride(0), res.stride(0), eps,
+            stride_xp, ready if ready is not None else unused, epoch if epoch is not None else unused, stride_rp,
+            push.slot_ptrs if push else unused, push.arrive if push else unused,
+            push.flag_ptrs if push else unused, push.flag if push else 0)
     # SWIGLU_OUT is N itself (the pairs' distance, gemv_rows' PAIR_D), or 0 for a plain store
     shape = dict(M=m, BLOCK_M=max(2, triton.next_power_of_2(m)), PROLOGUE=PROLOGUES[prologue],
                  RESIDUAL=residual is not None, ARGMAX=argmax_into is not None, SWIGLU_OUT=n if swiglu_out else 0,
-                 PDL=pdl, **({"launch_pdl": True} if pdl else {}))
+                 PDL=pdl, X_PARTS=x_parts, RES_PARTS=res_parts, PUSH=push.world if push else 0, SPIN=SPIN_LIMIT,
+                 **({"launch_pdl": True} if pdl else {}))
     _gemv_kernel[(triton.cdiv(n, block_n),)](*args, BLOCK_N=block_n, BLOCK_K=block_k,
                                              num_warps=num_warps or NUM_WARPS, **shape)
     return out

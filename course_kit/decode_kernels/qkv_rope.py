@@ -32,18 +32,20 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from . import gemv as G  # noqa: E402
+from .exchange import Sum  # noqa: E402
 from .gemv import gemv_rows, pair_halves  # noqa: E402
 
 
 @triton.jit
 def _qkv_rope_kernel(W, X, NORM_W, POS, INV_FREQ, Q_OUT, K_CACHE, V_CACHE, N, K, stride_w, stride_x,
-                     stride_qm, stride_cb, stride_ch, stride_cs, eps,
+                     stride_qm, stride_cb, stride_ch, stride_cs, eps, stride_xp, READY, EPOCH,
                      H: tl.constexpr, KV: tl.constexpr, D: tl.constexpr,
                      M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     PDL: tl.constexpr):
+                     PDL: tl.constexpr, X_PARTS: tl.constexpr, SPIN: tl.constexpr):
     DT: tl.constexpr = Q_OUT.dtype.element_ty
     HB: tl.constexpr = BLOCK_N // 2
-    acc, _ = gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT, M, BLOCK_M, BLOCK_N, BLOCK_K, 1, PDL, D)
+    acc, _ = gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT, M, BLOCK_M, BLOCK_N, BLOCK_K, 1, PDL, D,
+                       X_PARTS, stride_xp, READY, EPOCH, SPIN)
     y = acc.to(DT).to(tl.float32)                  # the product rounded, as F.linear rounds it
     x1, x2 = pair_halves(y, BLOCK_M, BLOCK_N)      # each pair's first and second elements
     pair = tl.program_id(0) * HB + tl.arange(0, HB)
@@ -72,12 +74,14 @@ def _qkv_rope_kernel(W, X, NORM_W, POS, INV_FREQ, Q_OUT, K_CACHE, V_CACHE, N, K,
     tl.store(v_at + D // 2, x2.to(V_CACHE.dtype.element_ty), mask=is_v)
 
 
-def qkv_rope(wqkv: torch.Tensor, x: torch.Tensor, norm_weight: torch.Tensor, eps: float, positions: torch.Tensor,
+def qkv_rope(wqkv: torch.Tensor, x: torch.Tensor | Sum, norm_weight: torch.Tensor, eps: float, positions: torch.Tensor,
              inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, n_heads: int,
              pdl: bool = False, blocks: tuple[int, int] | None = None) -> torch.Tensor:
     """RMSNorm(x) @ wqkv.T, split into q, k, v; returns rotated q [M, H, D] and writes the rotated
     k and v into k_cache / v_cache [>= M, n_kv, S, D] at row m, position positions[m].
-    Block shapes: `blocks` when given (BLOCK_N even), else `gemv_blocks`."""
+    Block shapes: `blocks` when given (BLOCK_N even), else `gemv_blocks`. Under tensor parallelism
+    x may be an exchange's `Sum` (gemv.py)."""
+    x, x_parts, stride_xp, ready, epoch = G._parts(x)
     m = x.shape[0]
     _, n_kv, _, d = k_cache.shape
     n, k = wqkv.shape
@@ -97,7 +101,8 @@ def qkv_rope(wqkv: torch.Tensor, x: torch.Tensor, norm_weight: torch.Tensor, eps
         raise ValueError(f"BLOCK_N must be even (a program takes whole pairs), got {block_n}")
     _qkv_rope_kernel[(triton.cdiv(n, block_n),)](
         wqkv, x, norm_weight, positions, inv_freq, q, k_cache, v_cache, n, k, wqkv.stride(0), x.stride(0),
-        q.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), eps,
+        q.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), eps, stride_xp,
+        ready if ready is not None else x, epoch if epoch is not None else x,
         H=n_heads, KV=n_kv, D=d, M=m, BLOCK_M=max(2, triton.next_power_of_2(m)), BLOCK_N=block_n, BLOCK_K=block_k,
-        PDL=pdl, num_warps=G.NUM_WARPS, **({"launch_pdl": True} if pdl else {}))
+        PDL=pdl, X_PARTS=x_parts, SPIN=G.SPIN_LIMIT, num_warps=G.NUM_WARPS, **({"launch_pdl": True} if pdl else {}))
     return q

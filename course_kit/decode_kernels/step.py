@@ -31,6 +31,7 @@ from ..attention.paged_triton import paged_decode_triton
 from ..models import llama
 from ..parallel.comm import all_reduce_sum, gather_from_tp_region, world
 from .argmax import greedy_tokens, tokens_from_blocks
+from .exchange import Exchange, Sum
 from .gemv import HAS_PDL, argmax_buffers, gemv
 from .qkv_rope import qkv_rope
 
@@ -43,7 +44,7 @@ def pdl_supported(device: torch.device) -> bool:
 class TritonDecodeStep:
     """A callable with `model.decode`'s signature: (tokens [B], positions [B], cache) -> logits [B, V]."""
 
-    def __init__(self, model: llama.Transformer, pdl: bool | None = None):
+    def __init__(self, model: llama.Transformer, pdl: bool | None = None, exchange: Exchange | str | None = "auto"):
         self.model, cfg = model, model.config
         self.device = model.tok_embeddings.weight.device
         self.pdl = pdl_supported(self.device) if pdl is None else pdl
@@ -58,6 +59,16 @@ class TritonDecodeStep:
         # a slice of the vocabulary; its products are summed or gathered across ranks
         self.group = getattr(model, "group", None)
         self.rank, self.world = world(self.group)
+        # ... by an all-reduce kernel, or folded into the products (exchange.py): "auto" folds
+        # them where symmetric memory works (GPUs joined by NVLink), None keeps the all-reduce
+        if exchange == "auto":
+            exchange = None
+            if self.world > 1 and self.device.type == "cuda":
+                exchange = Exchange.for_group(self.group, cfg.n_layers, cfg.dim, model.head_weight.shape[0] * self.world,
+                                              model.head_weight.dtype, self.device)
+        self.exchange = exchange
+        if exchange is not None:
+            self.rank, self.world = exchange.rank, exchange.world
 
     def _table(self, b: int) -> torch.Tensor:
         """Block table of a static cache: row r's one block is block r (made once per batch size,
@@ -78,13 +89,18 @@ class TritonDecodeStep:
             k, v = cache.k[i].transpose(1, 2), cache.v[i].transpose(1, 2)
             # row b's context is its position + 1 keys: the kernel adds the 1 (no kernel of its own)
             o = paged_decode_triton(q, k, v, table, positions, self.scale, pdl=pdl, context_offset=1)
-            x = self._add_product(attn.wo.weight, o.view(b, -1), x)
+            x = self._add_product(attn.wo.weight, o.view(b, -1), x, 2 * i)
             # silu(gate) * up in w13's store, so w2 loads a plain x: 13-15 µs a token shorter on the
             # H200 than forming it in w2's load, where each program forms every activation it reads
             # (data/reference/h200/logs/decode-probe-4-s8.json)
             h = gemv(ffn.w13.weight, x, prologue="norm", norm_weight=layer.ffn_norm.weight, eps=self.eps,
                      pdl=pdl, epilogue="swiglu")
-            x = self._add_product(ffn.w2.weight, h, x)
+            x = self._add_product(ffn.w2.weight, h, x, 2 * i + 1)
+        if self.exchange is not None:   # every rank's slice into every rank's logits, then wait for them
+            gemv(model.head_weight, x, prologue="norm", norm_weight=model.norm.weight, eps=self.eps, pdl=pdl,
+                 out=self.exchange.push_logits(b))
+            self.exchange.pushed()
+            return self.exchange.finish(b, pdl)
         if self.world > 1:   # each rank holds a slice of the vocabulary: gather, then argmax the whole
             logits = gemv(model.head_weight, x, prologue="norm", norm_weight=model.norm.weight, eps=self.eps, pdl=pdl)
             return gather_from_tp_region(logits, self.group)
@@ -95,21 +111,26 @@ class TritonDecodeStep:
         self._blocks_of = (logits, logits._version)
         return logits
 
-    def attention_inputs(self, i: int, x: torch.Tensor, positions: torch.Tensor,
+    def attention_inputs(self, i: int, x: torch.Tensor | Sum, positions: torch.Tensor,
                          cache: llama.StaticKVCache) -> torch.Tensor:
         """Layer i's norm, q/k/v projection and RoPE: rotated q [B, H, D]; k and v go into the cache."""
         layer = self.model.layers[i]
         return qkv_rope(layer.attention.wqkv.weight, x, layer.attention_norm.weight, self.eps, positions,
                         self.model.inv_freq, cache.k[i], cache.v[i], self.n_heads, pdl=self.pdl)
 
-    def _add_product(self, weight: torch.Tensor, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    def _add_product(self, weight: torch.Tensor, h: torch.Tensor, x: torch.Tensor | Sum, e: int) -> torch.Tensor | Sum:
         """x + h @ weight.T. On one GPU the sum is written into x in place. Under tensor
-        parallelism each rank holds a slice of K (row parallel): the ranks' products are summed by
-        one all-reduce, and only rank 0 adds x, so that x enters the sum once."""
+        parallelism each rank holds a slice of K (row parallel) and only rank 0 adds x, so that x
+        enters the sum once. The ranks' products are summed by one all-reduce, or, with an
+        exchange, pushed to every rank as exchange e, and the next kernels read their Sum."""
         if self.world == 1:
             return gemv(weight, h, residual=x, out=x, pdl=self.pdl)
-        part = gemv(weight, h, residual=x if self.rank == 0 else None, pdl=self.pdl)
-        return all_reduce_sum(part, self.group)
+        residual = x if self.rank == 0 else None
+        if self.exchange is not None:
+            gemv(weight, h, residual=residual, out=self.exchange.push_x(e, h.shape[0]), pdl=self.pdl)
+            self.exchange.pushed()
+            return self.exchange.sum_x(e, h.shape[0])
+        return all_reduce_sum(gemv(weight, h, residual=residual, pdl=self.pdl), self.group)
 
     def greedy(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """The greedy token of each row (`sampling.sample` at temperature 0). For the logits this step

@@ -163,13 +163,15 @@ def _time_graph_mode(name: str, fn: Callable[[], None], run: Callable, modes: di
     del graph
 
 
-def _triton_step(model: llama.Transformer) -> Any:
-    """The Triton decode step on this model (or shard), or None where Triton cannot run."""
+def _triton_step(model: llama.Transformer, exchange: Any = "auto") -> Any:
+    """The Triton decode step on this model (or shard), or None where Triton cannot run. On TP
+    shards, exchange="auto" folds the sums into the products where it can (decode_kernels/exchange.py);
+    None keeps an all-reduce kernel after each row-parallel product."""
     from ..attention.availability import triton_status
     if not triton_status()[0]:
         return None
     from ..decode_kernels.step import TritonDecodeStep
-    return TritonDecodeStep(model)
+    return TritonDecodeStep(model, exchange=exchange)
 
 
 @torch.inference_mode()
@@ -237,7 +239,13 @@ def decode_on_rank(rank: int, world_size: int, model_name: str, dtype: str, prom
     if use_graph and dev.type == "cuda":
         variants.append(("cuda_graph", step))
         if triton_step is not None:   # notebook 05's kernels (decode_kernels), on this rank's shard
+            if world_size > 1:        # ... with an all-reduce kernel after each row-parallel product
+                reducing = _triton_step(model, exchange=None)
+                variants.append(("triton_graph_all_reduce", make_step(reducing, reducing.greedy)))
             variants.append(("triton_graph", make_step(triton_step, triton_step.greedy)))
+            if world_size > 1:
+                from ..decode_kernels import exchange
+                row["triton_exchange"] = "folded" if triton_step.exchange is not None else exchange.why_not_folded
     if use_compile and dev.type == "cuda":
         try:
             compiled = torch.compile(model.decode, dynamic=False)
@@ -254,6 +262,11 @@ def decode_on_rank(rank: int, world_size: int, model_name: str, dtype: str, prom
         _time_graph_mode(name, fn, run, modes, row, eager_tokens, dev)
     if fast is not None:
         oneshot.disable_one_shot_all_reduce()
+    if triton_step is not None and triton_step.exchange is not None:
+        try:
+            triton_step.exchange.check()
+        except RuntimeError as e:   # a rank gave up waiting: its tokens are wrong, and say why
+            row["triton_exchange_error"] = str(e)[:300]
     # the slowest rank's time per mode (the same key order on every rank)
     secs = torch.tensor(list(modes.values()), dtype=torch.float64, device=dev)
     if dist.is_initialized():

@@ -50,9 +50,10 @@ def local_config(cfg: llama.ModelConfig, rank: int, n: int) -> llama.ModelConfig
 
 
 def shard_llama(model: llama.Transformer, group: Any = None,
-                device: str | torch.device | None = None) -> TPTransformer:
-    """This rank's tensor-parallel shard of `model` (which every rank holds in full)."""
-    rank, n = world(group)
+                device: str | torch.device | None = None, rank_of: tuple[int, int] | None = None) -> TPTransformer:
+    """This rank's tensor-parallel shard of `model` (which every rank holds in full). `rank_of`
+    (rank, world) builds another rank's shard, without a process group (tests of one process)."""
+    rank, n = rank_of or world(group)
     cfg = model.config
     w = model.tok_embeddings.weight
     dev = torch.device(device) if device is not None else w.device
@@ -116,6 +117,44 @@ def check_tp_triton_step(rank: int, world_size: int, preset: str = "tiny", seed:
     got = TritonDecodeStep(tp)(tokens, positions, caches[1])
     return {"logits_err": float((got - want).abs().max() / want.abs().max()),
             "tokens": got.argmax(-1).tolist(), "want": want.argmax(-1).tolist()}
+
+
+def check_folded_exchange(rank: int, world_size: int, preset: str = "tiny", steps: int = 3, seed: int = 0) -> dict[str, Any]:
+    """On GPUs (NCCL and symmetric memory): the Triton step with the sums folded into the products
+    (decode_kernels/exchange.py) against the same kernels with an all-reduce after each product,
+    uncaptured and replayed from a CUDA graph, fp32, `steps` steps each."""
+    from ..decode_kernels.step import TritonDecodeStep
+    dev = torch.device("cuda", torch.cuda.current_device())
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = llama.Transformer.from_preset(preset, seed=seed, dtype=torch.float32).to(dev)
+    tp = shard_llama(model)
+    folded, reducing = TritonDecodeStep(tp), TritonDecodeStep(tp, exchange=None)
+    if folded.exchange is None:
+        from ..decode_kernels import exchange
+        return {"folded": False, "why": exchange.why_not_folded}
+    caches = [llama.StaticKVCache(tp.config, 2, 64, torch.float32, dev) for _ in range(2)]
+    prompts = torch.randint(0, model.config.vocab_size, (2, 6), generator=torch.Generator().manual_seed(seed)).to(dev)
+    for c in caches:
+        tp.prefill(prompts, c)
+    tokens = torch.tensor([3, 4], device=dev)
+    positions = torch.tensor([6, 2], device=dev)
+    equal, got = [], None
+    for _ in range(steps):   # uncaptured: each step's flags wait for that step's pushes (epoch)
+        got = folded(tokens, positions, caches[0]).clone()
+        equal.append(torch.equal(got, reducing(tokens, positions, caches[1])))
+        positions += 1
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = folded(tokens, positions, caches[0])
+    replayed = []
+    for _ in range(steps):
+        graph.replay()
+        replayed.append(torch.equal(out, reducing(tokens, positions, caches[1])))
+        positions += 1
+    torch.cuda.synchronize()
+    folded.exchange.check()
+    return {"folded": True, "uncaptured_equal": equal, "replayed_equal": replayed,
+            "epoch": int(folded.exchange.epoch[0]), "tokens": got.argmax(-1).tolist()}
 
 
 def check_tp_llama(rank: int, world_size: int, preset: str = "tiny", new_tokens: int = 8,

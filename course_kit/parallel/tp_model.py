@@ -244,5 +244,11 @@ def explain_speedups(record: Mapping[str, Any]) -> str:
             line += (f" Captured in a CUDA graph, the step with the one-shot all-reduce runs "
                      f"{speed(by['cuda_graph'], by['cuda_graph_nccl'])} the same step with NCCL's "
                      f"({by['cuda_graph'] * 1e3:.3f} against {by['cuda_graph_nccl'] * 1e3:.3f} ms per token).")
+        if r.get("triton_exchange") == "folded" and "triton_graph_all_reduce" in by and "triton_graph" in by:
+            line += (f" With the Triton kernels, the sums folded into the products (no all-reduce kernel) run "
+                     f"{speed(by['triton_graph'], by['triton_graph_all_reduce'])} the same kernels with "
+                     f"{'a one-shot' if r.get('all_reduce') == 'one_shot' else 'an NCCL'} all-reduce after each "
+                     f"row-parallel product ({by['triton_graph'] * 1e3:.3f} against "
+                     f"{by['triton_graph_all_reduce'] * 1e3:.3f} ms per token).")
         out.append(line)
     return " ".join(out)
