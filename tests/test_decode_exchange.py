@@ -58,10 +58,11 @@ def _setup(dtype, world=2, seed=0):
     full = llama.StaticKVCache(cfg, 2, 200, dtype)
     prompts = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]])
     model.prefill(prompts, full)
-    exchanges = X.SimulatedExchange.group(world, cfg.n_layers, cfg.dim, cfg.vocab_size, dtype)
+    shards = [shard_llama(model, rank_of=(r, world)) for r in range(world)]
+    head_blocks = G.argmax_buffers(shards[0].head_weight, 1)[0].shape[1]
+    exchanges = X.SimulatedExchange.group(world, cfg.n_layers, cfg.dim, cfg.vocab_size, dtype, head_blocks=head_blocks)
     ranks = []
-    for r in range(world):
-        shard = shard_llama(model, rank_of=(r, world))
+    for r, shard in enumerate(shards):
         cache = llama.StaticKVCache(shard.config, 2, 200, dtype)
         heads = kv_heads_of_rank(cfg.n_heads, cfg.n_kv_heads, r, world)
         cache.k.copy_(full.k[:, :, heads.start:heads.stop])        # this rank's K/V heads
@@ -77,7 +78,7 @@ def test_folded_exchange_on_two_ranks_is_the_unsharded_step(dtype):
     want = model.decode(tokens, positions, full).float()
     for _ in range(2):      # two steps: the flags' second turn (epoch 1) must wait for its own pushes
         got = _run_ranks([_Rank(step, tokens, positions, cache) for step, cache in ranks])
-        for logits, token in got:
+        for logits, token in got:    # greedy: one kernel over every rank's blocks of the logits
             err = float((logits.float() - want).abs().max() / want.abs().max())
             assert err < (1e-5 if dtype == torch.float32 else 3e-2), err
             assert token.tolist() == want.argmax(-1).tolist()
@@ -113,3 +114,11 @@ def test_every_rank_holds_every_part_and_reads_their_sum_rounded():
     torch.testing.assert_close(sums[0].float(), want.float(), rtol=2 ** -7, atol=0)
     assert torch.equal(sums[0], sums[1])
     assert ranks[0].flags.tolist() == [0, 2, 0]                    # exchange 1 counted both ranks in
+
+
+def test_a_step_refuses_an_exchange_made_for_another_shape():
+    model = llama.Transformer.from_preset("tiny", seed=0)
+    shard = shard_llama(model, rank_of=(0, 2))
+    ex = X.SimulatedExchange.group(2, model.config.n_layers, model.config.dim, model.config.vocab_size, head_blocks=1)
+    with pytest.raises(ValueError, match="logits blocks"):
+        TritonDecodeStep(shard, exchange=ex[0])

@@ -167,6 +167,10 @@ def test_step_greedy_uses_the_logits_products_maxima_only_for_its_own_untouched_
     assert step.greedy(logits).tolist() == logits.argmax(-1).tolist()
     out = torch.zeros(2, dtype=torch.long)
     assert step.greedy(logits.clone(), out=out) is out and out.tolist() == logits.argmax(-1).tolist()
+    with torch.inference_mode():      # inference tensors keep no version count: the two-kernel path
+        logits = step(torch.tensor([3, 4]), torch.tensor([4, 4]), cache)
+        logits[:, logits.argmax(-1)] = -1e9
+        assert step.greedy(logits).tolist() == logits.argmax(-1).tolist()
 
 
 def test_greedy_tokens_is_torch_argmax_ties_included():

@@ -111,6 +111,9 @@ class Push:
     flag_ptrs: torch.Tensor  # int64 [world]: each rank's flag array
     flag: int               # the exchange's index in it
     world: int
+    # the logits' Push only: (values, indices address tables, their row stride, this rank's first
+    # vocabulary index), where gemv(argmax_into=...) puts each program's largest logit on every rank
+    argmax: tuple[torch.Tensor, torch.Tensor, int, int] | None = None
 
 
 class Exchange:
@@ -122,22 +125,27 @@ class Exchange:
     (e odd); the last one is the logits."""
 
     def __init__(self, rank: int, world: int, layers: int, dim: int, vocab: int, rows: int,
-                 dtype: torch.dtype, device: torch.device, allocate: Any):
+                 dtype: torch.dtype, device: torch.device, allocate: Any, head_blocks: int = 1):
         self.rank, self.world, self.layers, self.rows = rank, world, layers, rows
-        self.dim, self.vocab = dim, vocab
+        self.dim, self.vocab, self.head_blocks = dim, vocab, head_blocks
         self.exchanges = 2 * layers + 1
         self.x_slots, x_ptrs = allocate((2, world, rows, dim), dtype)
         self.logits, logit_ptrs = allocate((rows, vocab), dtype)
+        # each rank's logits product keeps its programs' (head_blocks) largest logits: all ranks'
+        # blocks side by side, so greedy decoding is one small kernel (argmax.tokens_from_blocks)
+        self.block_vals, val_ptrs = allocate((rows, world * head_blocks), torch.float32)
+        self.block_idx, idx_ptrs = allocate((rows, world * head_blocks), torch.int32)
         self.flags, flag_ptrs = allocate((self.exchanges,), torch.int32)
         self.arrive = torch.zeros(self.exchanges, dtype=torch.int32, device=device)
         self.epoch = torch.zeros(2, dtype=torch.int32, device=device)
         self._ptrs = {name: torch.tensor(p, dtype=torch.int64, device=device)
-                      for name, p in (("x", x_ptrs), ("logits", logit_ptrs), ("flags", flag_ptrs))}
+                      for name, p in (("x", x_ptrs), ("logits", logit_ptrs), ("flags", flag_ptrs),
+                                      ("vals", val_ptrs), ("idx", idx_ptrs))}
         self._cache: dict[tuple, Any] = {}
 
     @classmethod
     def for_group(cls, group: Any, layers: int, dim: int, vocab: int, dtype: torch.dtype,
-                  device: torch.device, rows: int = 8) -> "Exchange | None":
+                  device: torch.device, rows: int = 8, head_blocks: int = 1) -> "Exchange | None":
         """This rank's exchange over symmetric memory (a collective); None where it is missing."""
         import torch.distributed as dist
         try:
@@ -158,7 +166,7 @@ class Exchange:
                 return t, [p + at for p in handle.buffer_ptrs]
 
             ex = cls(dist.get_rank(group), dist.get_world_size(group), layers, dim, vocab, rows, dtype,
-                     torch.device(device), allocate)
+                     torch.device(device), allocate, head_blocks)
             ex._handles = kept
             torch.cuda.synchronize(device)
             dist.barrier(group)          # every rank's flags are zero before anyone signals
@@ -193,10 +201,16 @@ class Exchange:
         key = ("push", e, m)
         if key not in self._cache:
             at = self.rank * vs * self.logits.element_size()
+            blk = self.rank * self.head_blocks * 4          # bytes to this rank's first block (4-byte values)
+            argmax = (self._ptrs["vals"] + blk, self._ptrs["idx"] + blk, self.world * self.head_blocks, self.rank * vs)
             self._cache[key] = Push(self.logits[:m, self.rank * vs:(self.rank + 1) * vs],
                                     self._ptrs["logits"] + at, self.vocab, self.arrive[e:e + 1],
-                                    self._ptrs["flags"], e, self.world)
+                                    self._ptrs["flags"], e, self.world, argmax)
         return self._cache[key]
+
+    def blocks(self, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every rank's logits blocks' maxima and their vocabulary indices, [m, world * head_blocks]."""
+        return self.block_vals[:m], self.block_idx[:m]
 
     def finish(self, m: int, pdl: bool = False) -> torch.Tensor:
         """Wait for every rank's logits, close the step; the whole logits [m, vocab]."""
@@ -222,7 +236,7 @@ class SimulatedExchange(Exchange):
 
     @classmethod
     def group(cls, world: int, layers: int, dim: int, vocab: int, dtype: torch.dtype = torch.float32,
-              device: str = "cpu", rows: int = 8) -> list["SimulatedExchange"]:
+              device: str = "cpu", rows: int = 8, head_blocks: int = 1) -> list["SimulatedExchange"]:
         copies: list[list[torch.Tensor]] = []   # the i-th buffer of every rank
 
         def allocator(rank):
@@ -234,7 +248,7 @@ class SimulatedExchange(Exchange):
                     copies.append([torch.zeros(shape, dtype=dt, device=device) for _ in range(world)])
                 return copies[i][rank], [t.data_ptr() for t in copies[i]]
             return allocate
-        ranks = [cls(r, world, layers, dim, vocab, rows, dtype, torch.device(device), allocator(r))
+        ranks = [cls(r, world, layers, dim, vocab, rows, dtype, torch.device(device), allocator(r), head_blocks)
                  for r in range(world)]
         turn = _Turns(world)
         for ex in ranks:

@@ -171,7 +171,7 @@ def pair_halves(y, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def _gemv_kernel(W, X, OUT, RES, NORM_W, VALS, IDX, N, K, stride_w, stride_x, stride_o, stride_r, eps,
-                 stride_xp, READY, EPOCH, stride_rp, SLOT_PTRS, ARRIVE, FLAG_PTRS, flag,
+                 stride_xp, READY, EPOCH, stride_rp, SLOT_PTRS, ARRIVE, FLAG_PTRS, flag, stride_v, idx0,
                  M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  PROLOGUE: tl.constexpr, RESIDUAL: tl.constexpr, ARGMAX: tl.constexpr, SWIGLU_OUT: tl.constexpr,
                  PDL: tl.constexpr, X_PARTS: tl.constexpr, RES_PARTS: tl.constexpr, PUSH: tl.constexpr,
@@ -196,15 +196,26 @@ def _gemv_kernel(W, X, OUT, RES, NORM_W, VALS, IDX, N, K, stride_w, stride_x, st
             y = (y.to(tl.float32) + r).to(DT)
         if PUSH > 0:     # a TP exchange: into this rank's slot on every rank, then the flag
             push_rows(SLOT_PTRS, ms, rows, stride_o, y, omask, PUSH)
+            if ARGMAX:   # VALS, IDX: tables of each rank's address of this rank's blocks
+                for r in tl.static_range(PUSH):
+                    _argmax_store(tl.load(VALS + r).to(tl.pointer_type(tl.float32)),
+                                  tl.load(IDX + r).to(tl.pointer_type(tl.int32)), y, omask, ms, M, BLOCK_N,
+                                  stride_v, idx0)
             signal_ranks(ARRIVE, FLAG_PTRS, flag, PUSH)
         else:
             tl.store(OUT + ms[:, None] * stride_o + rows[None, :], y, mask=omask)
-        if ARGMAX:   # each row's largest (rounded) value among these rows, the first on ties
-            best, where = tl.max(tl.where(omask, y.to(tl.float32), float("-inf")), 1, return_indices=True,
-                                 return_indices_tie_break_left=True)
-            blocks = tl.num_programs(0)
-            tl.store(VALS + ms * blocks + tl.program_id(0), best, mask=ms < M)
-            tl.store(IDX + ms * blocks + tl.program_id(0), tl.program_id(0) * BLOCK_N + where, mask=ms < M)
+            if ARGMAX:
+                _argmax_store(VALS, IDX, y, omask, ms, M, BLOCK_N, stride_v, idx0)
+
+
+@triton.jit
+def _argmax_store(VALS, IDX, y, omask, ms, M: tl.constexpr, BLOCK_N: tl.constexpr, stride_v, idx0):
+    """Each row's largest (rounded) value among this program's rows, the first on ties, and its
+    index (+ idx0: where these rows start in the whole vocabulary, under TP)."""
+    best, where = tl.max(tl.where(omask, y.to(tl.float32), float("-inf")), 1, return_indices=True,
+                         return_indices_tie_break_left=True)
+    tl.store(VALS + ms * stride_v + tl.program_id(0), best, mask=ms < M)
+    tl.store(IDX + ms * stride_v + tl.program_id(0), idx0 + tl.program_id(0) * BLOCK_N + where, mask=ms < M)
 
 
 def _parts(t: torch.Tensor | Sum | None) -> tuple[torch.Tensor | None, int, int, Any, Any]:
@@ -239,8 +250,6 @@ def gemv(weight: torch.Tensor, x: torch.Tensor | Sum, *, prologue: str = "plain"
     if swiglu_out and (weight.shape[0] % 2 or residual is not None or argmax_into is not None or push):
         raise ValueError(f"epilogue='swiglu' needs an even number of rows (got {weight.shape[0]}) and no "
                          "residual, argmax_into or Push")
-    if push is not None and argmax_into is not None:
-        raise ValueError("a Push output keeps no argmax (argmax_into)")
     if prologue not in PROLOGUES:
         raise ValueError(f"prologue must be one of {sorted(PROLOGUES)}, got {prologue!r}")
     x, x_parts, stride_xp, ready, epoch = _parts(x)
@@ -272,7 +281,12 @@ def gemv(weight: torch.Tensor, x: torch.Tensor | Sum, *, prologue: str = "plain"
     if swiglu_out and block_n % 2:
         raise ValueError(f"epilogue='swiglu' takes whole (gate, up) pairs: BLOCK_N must be even, got {block_n}")
     vals, idx = argmax_into if argmax_into is not None else (out, out)
-    if argmax_into is not None and (vals.shape != (m, triton.cdiv(n, block_n)) or idx.shape != vals.shape):
+    stride_v, idx0 = triton.cdiv(n, block_n), 0
+    if push is not None and argmax_into is not None:   # the blocks go to every rank too
+        if push.argmax is None:
+            raise ValueError("argmax_into with a Push output needs the Push's argmax slots (Exchange.push_logits)")
+        vals, idx, stride_v, idx0 = push.argmax
+    elif argmax_into is not None and (vals.shape != (m, triton.cdiv(n, block_n)) or idx.shape != vals.shape):
         raise ValueError(f"argmax_into must be two [{m}, {triton.cdiv(n, block_n)}] tensors (argmax_buffers), "
                          f"got {tuple(vals.shape)} and {tuple(idx.shape)}")
     unused = weight   # a pointer argument the kernel never reads (its branch is compiled out)
@@ -280,7 +294,7 @@ def gemv(weight: torch.Tensor, x: torch.Tensor | Sum, *, prologue: str = "plain"
             weight.stride(0), x.stride(0), out.stride(0), res.stride(0), eps,
             stride_xp, ready if ready is not None else unused, epoch if epoch is not None else unused, stride_rp,
             push.slot_ptrs if push else unused, push.arrive if push else unused,
-            push.flag_ptrs if push else unused, push.flag if push else 0)
+            push.flag_ptrs if push else unused, push.flag if push else 0, stride_v, idx0)
     # SWIGLU_OUT is N itself (the pairs' distance, gemv_rows' PAIR_D), or 0 for a plain store
     shape = dict(M=m, BLOCK_M=max(2, triton.next_power_of_2(m)), PROLOGUE=PROLOGUES[prologue],
                  RESIDUAL=residual is not None, ARGMAX=argmax_into is not None, SWIGLU_OUT=n if swiglu_out else 0,

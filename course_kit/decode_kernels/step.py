@@ -64,11 +64,16 @@ class TritonDecodeStep:
         if exchange == "auto":
             exchange = None
             if self.world > 1 and self.device.type == "cuda":
+                head_blocks = argmax_buffers(model.head_weight, 1)[0].shape[1]   # the logits product's programs
                 exchange = Exchange.for_group(self.group, cfg.n_layers, cfg.dim, model.head_weight.shape[0] * self.world,
-                                              model.head_weight.dtype, self.device)
+                                              model.head_weight.dtype, self.device, head_blocks=head_blocks)
         self.exchange = exchange
         if exchange is not None:
             self.rank, self.world = exchange.rank, exchange.world
+            head_blocks = argmax_buffers(model.head_weight, 1)[0].shape[1]
+            if exchange.head_blocks != head_blocks or exchange.dim != cfg.dim:
+                raise ValueError(f"the exchange was made for dim {exchange.dim} and {exchange.head_blocks} logits "
+                                 f"blocks; this shard has dim {cfg.dim} and {head_blocks}")
 
     def _table(self, b: int) -> torch.Tensor:
         """Block table of a static cache: row r's one block is block r (made once per batch size,
@@ -98,9 +103,11 @@ class TritonDecodeStep:
             x = self._add_product(ffn.w2.weight, h, x, 2 * i + 1)
         if self.exchange is not None:   # every rank's slice into every rank's logits, then wait for them
             gemv(model.head_weight, x, prologue="norm", norm_weight=model.norm.weight, eps=self.eps, pdl=pdl,
-                 out=self.exchange.push_logits(b))
+                 out=self.exchange.push_logits(b), argmax_into=self.exchange.blocks(b))
             self.exchange.pushed()
-            return self.exchange.finish(b, pdl)
+            logits = self.exchange.finish(b, pdl)
+            self._blocks_of = (logits, _version(logits))
+            return logits
         if self.world > 1:   # each rank holds a slice of the vocabulary: gather, then argmax the whole
             logits = gemv(model.head_weight, x, prologue="norm", norm_weight=model.norm.weight, eps=self.eps, pdl=pdl)
             return gather_from_tp_region(logits, self.group)
@@ -108,7 +115,7 @@ class TritonDecodeStep:
             self._argmax[b] = argmax_buffers(model.head_weight, b)
         logits = gemv(model.head_weight, x, prologue="norm", norm_weight=model.norm.weight, eps=self.eps, pdl=pdl,
                       argmax_into=self._argmax[b])
-        self._blocks_of = (logits, logits._version)
+        self._blocks_of = (logits, _version(logits))
         return logits
 
     def attention_inputs(self, i: int, x: torch.Tensor | Sum, positions: torch.Tensor,
@@ -135,9 +142,16 @@ class TritonDecodeStep:
     def greedy(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """The greedy token of each row (`sampling.sample` at temperature 0). For the logits this step
         just made, untouched since (torch counts in-place changes in `_version`), their blocks' maxima
-        are known already: one kernel; otherwise two."""
-        made = self._blocks_of
-        if made is not None and logits is made[0] and logits._version == made[1]:
-            return tokens_from_blocks(*self._argmax[logits.shape[0]], pdl=self.pdl, out=out)
+        are known already: one kernel; otherwise (or for inference-mode tensors, which keep no
+        count) two."""
+        made, b = self._blocks_of, logits.shape[0]
+        if made is not None and logits is made[0] and made[1] is not None and _version(logits) == made[1]:
+            blocks = self.exchange.blocks(b) if self.exchange is not None else self._argmax[b]
+            return tokens_from_blocks(*blocks, pdl=self.pdl, out=out)
         tokens = greedy_tokens(logits, pdl=self.pdl)
         return tokens if out is None else out.copy_(tokens)
+
+
+def _version(t: torch.Tensor) -> int | None:
+    """torch's count of t's in-place changes; None for an inference tensor, which keeps none."""
+    return None if t.is_inference() else t._version

@@ -174,7 +174,7 @@ def _triton_step(model: llama.Transformer, exchange: Any = "auto") -> Any:
     return TritonDecodeStep(model, exchange=exchange)
 
 
-@torch.inference_mode()
+@torch.no_grad()   # not inference_mode: the Triton step's greedy checks its logits' version counter
 def decode_on_rank(rank: int, world_size: int, model_name: str, dtype: str, prompt_len: int = 16,
                    new_tokens: int = 64, use_graph: bool = True, use_compile: bool = False,
                    seed: int = 0) -> dict[str, Any]:
