@@ -118,6 +118,7 @@ def push_rows(SLOT_PTRS, ms, cols, stride, y, mask, WORLD: tl.constexpr):
 def clear_slots(CLEAR, cols, col_mask, dim, ROWS: tl.constexpr, WORLD: tl.constexpr, FENCE: tl.constexpr):
     """Mark columns `cols` of an earlier exchange's slots (all ranks' parts, all ROWS rows) empty
     again, on this rank, for that exchange's next step."""
+    tl.debug_barrier()   # rank 0's residual (these columns of this set) is read by now, by every warp
     rs = tl.arange(0, ROWS)
     empty = tl.full([ROWS, cols.shape[0]], -0.0, CLEAR.dtype.element_ty)
     for p in tl.static_range(WORLD):
