@@ -120,7 +120,12 @@ def clear_slots(CLEAR, cols, col_mask, dim, ROWS: tl.constexpr, WORLD: tl.conste
     again, on this rank, for that exchange's next step."""
     tl.debug_barrier()   # rank 0's residual (these columns of this set) is read by now, by every warp
     rs = tl.arange(0, ROWS)
-    empty = tl.full([ROWS, cols.shape[0]], -0.0, CLEAR.dtype.element_ty)
+    # -0.0 from its bits: tl.full(..., -0.0) may be folded to +0.0 (it equals 0)
+    DT: tl.constexpr = CLEAR.dtype.element_ty
+    if DT.primitive_bitwidth == 16:
+        empty = tl.full([ROWS, cols.shape[0]], -32768, tl.int16).to(DT, bitcast=True)
+    else:
+        empty = tl.full([ROWS, cols.shape[0]], -2147483648, tl.int32).to(DT, bitcast=True)
     for p in tl.static_range(WORLD):
         tl.store(CLEAR + (p * ROWS + rs[:, None]) * dim + cols[None, :], empty, mask=col_mask[None, :])
     if FENCE:   # the marks land before this program's pushes can reach a peer (which then writes here)
