@@ -6,27 +6,19 @@ in a kernel of its own, about 7 µs on two H200s, twice a layer: at batch 1 that
 TP from paying on a 1B model. Here the exchange rides in the kernels that are there anyway:
 
 - the product (the producer) stores its rows into its own slot of every rank's buffer, local or
-  across NVLink (symmetric memory maps the peers' buffers into this process);
+  across NVLink (symmetric memory maps the peers' buffers into this process), then signals. Each
+  program counts itself in on a local counter; the last one to arrive raises the exchange's flag
+  on every rank (release, system scope: what it and the programs before it stored is visible
+  before the flag is);
 - the next kernel that reads x (a consumer: the q/k/v product, w13, the logits product) waits
-  until every slot holds a value, then loads x as the sum of the slots, in rank order, as it
-  loads it anyway. Rank 0's next residual add reads the same sum.
+  for the flag to count every rank in (acquire), then loads x as the sum of the slots, in rank
+  order, as it loads it anyway. Rank 0's next residual add reads the same sum.
 
-How does a consumer know the slots are full? A first version raised a flag after the stores
-(each program counted in, the last raised the flag with a release at system scope): every
-exchange then waited for the stores to be acknowledged across NVLink, then for the flag. Here
-each value is its own flag: an empty slot holds -0.0, which no product stores (it sends +0.0
-instead), and a bf16 or fp32 store lands whole, so the consumer polls the values themselves
-(`wait_for_parts`), one NVLink store after the producer wrote them. Two slot sets take turns
-(even and odd exchanges). Product e marks the other set, exchange e - 1's, empty again
-(`clear_slots`), before its own stores: every reader of e - 1 on this rank is done by then (the
-last, rank 0's residual, reads each column in the program that clears it), and no rank writes
-that set again (exchange e + 1) before it has read all of e, which this rank stores after the
-clearing.
-
-The logits (once a step) are too wide to poll: there the flag stays. It counts `world` each
-step and `epoch` counts the steps, so the wait is for (epoch + 1) * world; the logits product's
-last program does that wait and advances the epoch (`close_step`), so the kernel ends with the
-logits whole. Nothing needs resetting by the host: a CUDA graph of the step can be replayed.
+Flags only grow: an exchange's flag counts `world` each step, and `epoch` counts the steps, so a
+consumer waits for (epoch + 1) * world. The step's last kernel (`finish`) waits for the logits
+and advances the epoch. Nothing is reset, so a CUDA graph of the step can be replayed. Two slot
+sets take turns (even and odd exchanges): a rank cannot start writing exchange e + 2 before
+every rank has passed e + 1, and with it every read of e.
 
 A rank that waits too long (a peer never arrived) stops waiting, marks `errors`, and goes on
 with wrong sums; `check()` raises. `SimulatedExchange` runs the same kernels for several ranks in
@@ -52,7 +44,6 @@ import triton.language as tl  # noqa: E402
 # polls of a flag before a rank gives up (about a second on a GPU; the interpreter is slower)
 SPIN_LIMIT = 1000 if os.environ.get("TRITON_INTERPRET") == "1" else 1 << 22
 why_not_folded = ""   # set when Exchange.for_group finds no symmetric memory
-FENCE = os.environ.get("TRITON_INTERPRET") != "1"   # inline PTX: not under the interpreter
 
 
 @triton.jit
@@ -73,102 +64,39 @@ def wait_for_ranks(READY, EPOCH, PER_STEP, SPIN: tl.constexpr):
 
 
 @triton.jit
-def _missing(at, mask):
-    """How many of the values at `at` still hold the empty mark, -0.0 (its bits: the sign bit alone)."""
-    v = tl.load(at, mask=mask, other=1.0, volatile=True)
-    if v.dtype.primitive_bitwidth == 16:
-        bits = v.to(tl.int16, bitcast=True).to(tl.int32)
-        empty = bits == -32768
-    else:
-        empty = v.to(tl.int32, bitcast=True) == -2147483648
-    return tl.sum((empty & mask).to(tl.int32), 0)
-
-
-@triton.jit
-def wait_for_parts(X, stride_x, stride_xp, K, ERRORS, M: tl.constexpr, PARTS: tl.constexpr,
-                   BLOCK_K: tl.constexpr, SPIN: tl.constexpr):
-    """Wait until every rank's part of x [M, K] has landed: no value is the empty mark any more.
-    No flag and no fence: each value is its own flag (a bf16 or fp32 store lands whole), so a
-    consumer waits one NVLink store, not a store, an acknowledgement and a flag."""
-    ks = tl.arange(0, BLOCK_K)
-    for m in tl.static_range(M):
-        for p in tl.static_range(PARTS):
-            for k0 in range(0, K, BLOCK_K):
-                at = X + p * stride_xp + m * stride_x + k0 + ks
-                mask = k0 + ks < K
-                missing = _missing(at, mask)
-                tries = 0
-                while (missing > 0) & (tries < SPIN):
-                    missing = _missing(at, mask)
-                    tries += 1
-                if tries >= SPIN:
-                    tl.atomic_or(ERRORS, 1)              # check() raises
-
-
-@triton.jit
 def push_rows(SLOT_PTRS, ms, cols, stride, y, mask, WORLD: tl.constexpr):
     """Store y [BLOCK_M, BLOCK_N] at rows ms, columns cols of this rank's slot on every rank."""
-    y = tl.where(y == 0, tl.zeros_like(y), y)      # -0.0 is the empty mark: send +0.0 for it
     for r in tl.static_range(WORLD):
         base = tl.load(SLOT_PTRS + r).to(tl.pointer_type(y.dtype))
         tl.store(base + ms[:, None] * stride + cols[None, :], y, mask=mask)
 
 
 @triton.jit
-def clear_slots(CLEAR, cols, col_mask, dim, ROWS: tl.constexpr, WORLD: tl.constexpr, FENCE: tl.constexpr):
-    """Mark columns `cols` of an earlier exchange's slots (all ranks' parts, all ROWS rows) empty
-    again, on this rank, for that exchange's next step."""
-    tl.debug_barrier()   # rank 0's residual (these columns of this set) is read by now, by every warp
-    rs = tl.arange(0, ROWS)
-    # -0.0 from its bits: tl.full(..., -0.0) may be folded to +0.0 (it equals 0)
-    DT: tl.constexpr = CLEAR.dtype.element_ty
-    if DT.primitive_bitwidth == 16:
-        empty = tl.full([ROWS, cols.shape[0]], -32768, tl.int16).to(DT, bitcast=True)
-    else:
-        empty = tl.full([ROWS, cols.shape[0]], -2147483648, tl.int32).to(DT, bitcast=True)
-    for p in tl.static_range(WORLD):
-        tl.store(CLEAR + (p * ROWS + rs[:, None]) * dim + cols[None, :], empty, mask=col_mask[None, :])
-    if FENCE:   # the marks land before this program's pushes can reach a peer (which then writes here)
-        tl.inline_asm_elementwise("fence.acq_rel.sys;\n mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False,
-                                  pack=1)
-
-
-@triton.jit
 def signal_ranks(ARRIVE, FLAG_PTRS, flag, WORLD: tl.constexpr):
-    """After this program's pushes: count it in; the last program raises the flag on every rank.
-    Returns whether this program was the last."""
+    """After this program's pushes: count it in; the last program raises the flag on every rank."""
     tl.debug_barrier()                                   # every thread's stores are issued
     arrived = tl.atomic_add(ARRIVE, 1, sem="acq_rel", scope="sys")
-    last = arrived == tl.num_programs(0) - 1
-    if last:                                             # the others' stores happened before
+    if arrived == tl.num_programs(0) - 1:                # the last: the others' stores happened before
         tl.store(ARRIVE, 0)                              # ready for the next step's exchange
         for r in tl.static_range(WORLD):
             base = tl.load(FLAG_PTRS + r).to(tl.pointer_type(tl.int32))
             tl.atomic_add(base + flag, 1, sem="release", scope="sys")
-    return last
 
 
 @triton.jit
-def close_step(DONE, EPOCH, WORLD: tl.constexpr, SPIN: tl.constexpr):
-    """The step's last exchange (the logits), in its producer's last program: wait until every
-    rank's logits are here, then count the step done. The kernel ends only then, so the logits it
-    returns are whole, and no kernel of its own is needed."""
-    wait_for_ranks(DONE, EPOCH, WORLD, SPIN)
-    tl.store(EPOCH, tl.load(EPOCH) + 1)                  # every read of this step's flags is done
-
-
-@triton.jit
-def _close_kernel(DONE, EPOCH, WORLD: tl.constexpr, SPIN: tl.constexpr, PDL: tl.constexpr):
+def _finish_kernel(READY, EPOCH, PER_STEP, SPIN: tl.constexpr, PDL: tl.constexpr):
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
-    close_step(DONE, EPOCH, WORLD, SPIN)
+    wait_for_ranks(READY, EPOCH, PER_STEP, SPIN)         # every rank's logits are here
+    tl.store(EPOCH, tl.load(EPOCH) + 1)                  # every read of this step is done
 
 
 @dataclass(frozen=True)
 class Sum:
-    """What a consumer reads: x = parts.sum(0), once no value is the empty mark (wait_for_parts)."""
+    """What a consumer reads: x = parts.sum(0), once the exchange's flag says every rank is in."""
     parts: torch.Tensor     # [world, M, K], a view of this rank's buffer
+    ready: torch.Tensor     # int32 [1]: the exchange's flag
     epoch: torch.Tensor     # int32 [2]: steps done, errors
     world: int
 
@@ -186,18 +114,15 @@ class Push:
     # the logits' Push only: (values, indices address tables, their row stride, this rank's first
     # vocabulary index), where gemv(argmax_into=...) puts each program's largest logit on every rank
     argmax: tuple[torch.Tensor, torch.Tensor, int, int] | None = None
-    close: tuple[torch.Tensor, torch.Tensor] | None = None   # (this rank's flag, epoch): close_step
-    clear: torch.Tensor | None = None   # x exchanges: the slots [world, rows, dim] to mark empty again
-    signal: bool = False                # the logits: raise the exchange's flag after the stores
 
 
 class Exchange:
     """The buffers of one TP group's folded exchanges, for a model of `dim` and `vocab` (whole).
 
-    x slots [2 sets, world, rows, dim] and logits [rows, vocab] live in symmetric memory (or, in
-    `SimulatedExchange`, in one process); `flags` [exchanges] too; `arrive` and `epoch` are this
-    rank's own. Exchange e < 2 * layers is the sum after layer e // 2's wo (e even) or w2 (e odd),
-    in slot set e % 2; the last one is the logits, with a flag."""
+    x slots [2 turns, world, rows, dim] and logits [rows, vocab] live in symmetric memory (or, in
+    `SimulatedExchange`, in one process); `flags` [exchanges] too; `arrive` and `epoch` are
+    this rank's own. Exchange e < 2 * layers is the sum after layer e // 2's wo (e even) or w2
+    (e odd); the last one is the logits."""
 
     def __init__(self, rank: int, world: int, layers: int, dim: int, vocab: int, rows: int,
                  dtype: torch.dtype, device: torch.device, allocate: Any, head_blocks: int = 1):
@@ -205,7 +130,6 @@ class Exchange:
         self.dim, self.vocab, self.head_blocks = dim, vocab, head_blocks
         self.exchanges = 2 * layers + 1
         self.x_slots, x_ptrs = allocate((2, world, rows, dim), dtype)
-        self.x_slots.fill_(-0.0)                        # every slot empty (wait_for_parts)
         self.logits, logit_ptrs = allocate((rows, vocab), dtype)
         # each rank's logits product keeps its programs' (head_blocks) largest logits: all ranks'
         # blocks side by side, so greedy decoding is one small kernel (argmax.tokens_from_blocks)
@@ -218,9 +142,6 @@ class Exchange:
                       for name, p in (("x", x_ptrs), ("logits", logit_ptrs), ("flags", flag_ptrs),
                                       ("vals", val_ptrs), ("idx", idx_ptrs))}
         self._cache: dict[tuple, Any] = {}
-        # the logits product's last program closes the step (no kernel of its own); in one
-        # process the ranks take turns between kernels, so a kernel of its own does it there
-        self.close_in_product = not isinstance(self, SimulatedExchange)
 
     @classmethod
     def for_group(cls, group: Any, layers: int, dim: int, vocab: int, dtype: torch.dtype,
@@ -248,7 +169,7 @@ class Exchange:
                      torch.device(device), allocate, head_blocks)
             ex._handles = kept
             torch.cuda.synchronize(device)
-            dist.barrier(group)          # every rank's flags and slots are set before anyone pushes
+            dist.barrier(group)          # every rank's flags are zero before anyone signals
             return ex
         except Exception as e:  # noqa: BLE001 - no symmetric memory here: the all-reduce path it is
             global why_not_folded
@@ -256,21 +177,22 @@ class Exchange:
             return None
 
     # ---- what the step passes to its kernels -------------------------------------------
+    def _slot_offset(self, e: int, rank: int) -> int:
+        return ((e % 2) * self.world + rank) * self.rows * self.dim
+
     def push_x(self, e: int, m: int) -> Push:
-        """The wo (e even) or w2 (e odd) product's destination; it marks the other set (exchange
-        e - 1's) empty again on this rank first."""
+        """The wo (e even) or w2 (e odd) product's destination."""
         key = ("push", e, m)
         if key not in self._cache:
             local = self.x_slots[e % 2, self.rank, :m]
-            at = ((e % 2) * self.world + self.rank) * self.rows * self.dim * self.x_slots.element_size()
-            self._cache[key] = Push(local, self._ptrs["x"] + at, self.dim, self.arrive[e:e + 1],
-                                    self._ptrs["flags"], e, self.world,
-                                    clear=self.x_slots[(e + 1) % 2])
+            at = self._slot_offset(e, self.rank)
+            self._cache[key] = Push(local, self._ptrs["x"] + at * self.x_slots.element_size(), self.dim,
+                                    self.arrive[e:e + 1], self._ptrs["flags"], e, self.world)
         return self._cache[key]
 
     def sum_x(self, e: int, m: int) -> Sum:
         """x after exchange e: what the next q/k/v, w13 or logits product reads."""
-        return Sum(self.x_slots[e % 2, :, :m], self.epoch, self.world)
+        return Sum(self.x_slots[e % 2, :, :m], self.flags[e:e + 1], self.epoch, self.world)
 
     def push_logits(self, m: int) -> Push:
         """The logits product's destination: this rank's columns of every rank's logits."""
@@ -283,22 +205,18 @@ class Exchange:
             argmax = (self._ptrs["vals"] + blk, self._ptrs["idx"] + blk, self.world * self.head_blocks, self.rank * vs)
             self._cache[key] = Push(self.logits[:m, self.rank * vs:(self.rank + 1) * vs],
                                     self._ptrs["logits"] + at, self.vocab, self.arrive[e:e + 1],
-                                    self._ptrs["flags"], e, self.world, argmax,
-                                    (self.flags[e:e + 1], self.epoch) if self.close_in_product else None,
-                                    signal=True)
+                                    self._ptrs["flags"], e, self.world, argmax)
         return self._cache[key]
 
     def blocks(self, m: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Every rank's logits blocks' maxima and their vocabulary indices, [m, world * head_blocks]."""
         return self.block_vals[:m], self.block_idx[:m]
 
-    def logits_of(self, m: int, pdl: bool = False) -> torch.Tensor:
-        """The whole logits [m, vocab], once the logits product (push_logits) has closed the step;
-        where it cannot (SimulatedExchange), a one-program kernel closes it."""
-        if not self.close_in_product:
-            e = self.exchanges - 1
-            _close_kernel[(1,)](self.flags[e:e + 1], self.epoch, WORLD=self.world, SPIN=SPIN_LIMIT, PDL=pdl,
-                                num_warps=1, **({"launch_pdl": True} if pdl else {}))
+    def finish(self, m: int, pdl: bool = False) -> torch.Tensor:
+        """Wait for every rank's logits, close the step; the whole logits [m, vocab]."""
+        e = self.exchanges - 1
+        _finish_kernel[(1,)](self.flags[e:e + 1], self.epoch, self.world, SPIN=SPIN_LIMIT, PDL=pdl,
+                             num_warps=1, **({"launch_pdl": True} if pdl else {}))
         return self.logits[:m]
 
     def pushed(self) -> None:

@@ -42,9 +42,7 @@ use_triton_interpreter_without_cuda()   # before the first kernel below
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from .exchange import FENCE as EXCHANGE_FENCE  # noqa: E402
-from .exchange import (SPIN_LIMIT, Push, Sum, clear_slots, close_step, push_rows, signal_ranks,  # noqa: E402
-                       wait_for_parts)
+from .exchange import SPIN_LIMIT, Push, Sum, push_rows, signal_ranks, wait_for_ranks  # noqa: E402
 
 HAS_PDL = hasattr(getattr(getattr(tl, "extra", None), "cuda", None), "gdc_wait")   # Triton >= 3.4
 MAX_ROWS = 8                 # a batch above this is a matrix product: cuBLAS's job, not a GEMV's
@@ -76,13 +74,11 @@ def load_x(X, at, mask, PARTS: tl.constexpr, stride_p, DT: tl.constexpr):
     """x at `at`, in float32; with PARTS > 1, x is the sum of PARTS partial vectors stride_p apart
     (the ranks' slots of a folded TP exchange, exchange.py), summed in rank order and rounded to
     the model's dtype as the all-reduce it replaces rounds."""
-    if PARTS > 1:   # written by other GPUs during this kernel: read from L2, never a stale L1 line
-        x = tl.load(X + at, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
+    x = tl.load(X + at, mask=mask, other=0.0).to(tl.float32)
+    if PARTS > 1:
         for p in tl.static_range(1, PARTS):
-            x += tl.load(X + p * stride_p + at, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
+            x += tl.load(X + p * stride_p + at, mask=mask, other=0.0).to(tl.float32)
         x = x.to(DT).to(tl.float32)
-    else:
-        x = tl.load(X + at, mask=mask, other=0.0).to(tl.float32)
     return x
 
 
@@ -121,7 +117,7 @@ def _fold_tile(acc, w, X, NORM_W, inv, k0, K, stride_x, ms, ks,
 def gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT: tl.constexpr, M: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PROLOGUE: tl.constexpr,
               PDL: tl.constexpr, PAIR_D: tl.constexpr = 0, X_PARTS: tl.constexpr = 1, stride_xp=0,
-              ERRORS=None, SPIN: tl.constexpr = 0):
+              READY=None, EPOCH=None, SPIN: tl.constexpr = 0):
     """This program's BLOCK_N rows of prologue(x) @ W.T, in float32 [BLOCK_M, BLOCK_N], and the
     row indices; what to do with them (the store) is the calling kernel's.
 
@@ -131,7 +127,7 @@ def gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT: tl.constexpr, M: 
     qkv_rope.py), SwiGLU's a gate row and its up row (PAIR_D = N). Otherwise BLOCK_N consecutive rows.
 
     X_PARTS > 1: x is the sum of the ranks' slots of a TP exchange (`load_x`); the program waits
-    until every slot is full (exchange.wait_for_parts) before reading them."""
+    for the exchange's flag READY (exchange.wait_for_ranks) before reading them."""
     if PAIR_D > 0:
         HB: tl.constexpr = BLOCK_N // 2
         c = tl.arange(0, BLOCK_N)
@@ -149,7 +145,7 @@ def gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT: tl.constexpr, M: 
         tl.extra.cuda.gdc_launch_dependents()   # the next kernel may start reading its weights
         tl.extra.cuda.gdc_wait()                # x (the previous kernel's output) is now complete
     if X_PARTS > 1:
-        wait_for_parts(X, stride_x, stride_xp, K, ERRORS, M, X_PARTS, BLOCK_K, SPIN)   # ... and every rank's part
+        wait_for_ranks(READY, EPOCH, X_PARTS, SPIN)   # ... and so is every other rank's part of it
     inv = tl.zeros([BLOCK_M], tl.float32)
     if PROLOGUE == 1:   # 1/rms of each row of x, in float32 over all K (x is small and in L2)
         for m in tl.static_range(M):
@@ -175,17 +171,16 @@ def pair_halves(y, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def _gemv_kernel(W, X, OUT, RES, NORM_W, VALS, IDX, N, K, stride_w, stride_x, stride_o, stride_r, eps,
-                 stride_xp, EPOCH, stride_rp, SLOT_PTRS, ARRIVE, FLAG_PTRS, flag, stride_v, idx0, DONE, CLEAR, dim,
+                 stride_xp, READY, EPOCH, stride_rp, SLOT_PTRS, ARRIVE, FLAG_PTRS, flag, stride_v, idx0,
                  M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  PROLOGUE: tl.constexpr, RESIDUAL: tl.constexpr, ARGMAX: tl.constexpr, SWIGLU_OUT: tl.constexpr,
                  PDL: tl.constexpr, X_PARTS: tl.constexpr, RES_PARTS: tl.constexpr, PUSH: tl.constexpr,
-                 CLOSE: tl.constexpr, SIGNAL: tl.constexpr, CLEAR_ROWS: tl.constexpr, FENCE: tl.constexpr,
                  SPIN: tl.constexpr):
     DT: tl.constexpr = OUT.dtype.element_ty
     ms = tl.arange(0, BLOCK_M)
     if SWIGLU_OUT:   # rows j and j + N/2 (gate and up) in one program; store silu(gate) * up [M, N/2]
         acc, _ = gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT, M, BLOCK_M, BLOCK_N, BLOCK_K,
-                           PROLOGUE, PDL, SWIGLU_OUT, X_PARTS, stride_xp, EPOCH + 1, SPIN)
+                           PROLOGUE, PDL, SWIGLU_OUT, X_PARTS, stride_xp, READY, EPOCH, SPIN)
         gate, up = pair_halves(acc.to(DT).to(tl.float32), BLOCK_M, BLOCK_N)   # each rounded, as F.linear
         act = (gate / (1.0 + tl.exp(-gate))).to(DT).to(tl.float32)            # F.silu, rounded
         pair = tl.program_id(0) * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
@@ -193,26 +188,20 @@ def _gemv_kernel(W, X, OUT, RES, NORM_W, VALS, IDX, N, K, stride_w, stride_x, st
                  mask=(ms[:, None] < M) & (pair < N // 2)[None, :])
     else:
         acc, rows = gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT, M, BLOCK_M, BLOCK_N, BLOCK_K,
-                              PROLOGUE, PDL, 0, X_PARTS, stride_xp, EPOCH + 1, SPIN)
+                              PROLOGUE, PDL, 0, X_PARTS, stride_xp, READY, EPOCH, SPIN)
         y = acc.to(DT)                                   # the product rounded, as F.linear rounds it
         omask = (ms[:, None] < M) & (rows < N)[None, :]
         if RESIDUAL:
             r = load_x(RES, ms[:, None] * stride_r + rows[None, :], omask, RES_PARTS, stride_rp, DT)
             y = (y.to(tl.float32) + r).to(DT)
-        if PUSH > 0:     # a TP exchange: into this rank's slot on every rank
-            if CLEAR_ROWS > 0:
-                clear_slots(CLEAR, rows, rows < N, dim, CLEAR_ROWS, PUSH, FENCE)
+        if PUSH > 0:     # a TP exchange: into this rank's slot on every rank, then the flag
             push_rows(SLOT_PTRS, ms, rows, stride_o, y, omask, PUSH)
             if ARGMAX:   # VALS, IDX: tables of each rank's address of this rank's blocks
                 for r in tl.static_range(PUSH):
                     _argmax_store(tl.load(VALS + r).to(tl.pointer_type(tl.float32)),
                                   tl.load(IDX + r).to(tl.pointer_type(tl.int32)), y, omask, ms, M, BLOCK_N,
                                   stride_v, idx0)
-            if SIGNAL:   # the logits: a flag (exchange.py)
-                last = signal_ranks(ARRIVE, FLAG_PTRS, flag, PUSH)
-                if CLOSE:
-                    if last:
-                        close_step(DONE, EPOCH, PUSH, SPIN)
+            signal_ranks(ARRIVE, FLAG_PTRS, flag, PUSH)
         else:
             tl.store(OUT + ms[:, None] * stride_o + rows[None, :], y, mask=omask)
             if ARGMAX:
@@ -230,12 +219,12 @@ def _argmax_store(VALS, IDX, y, omask, ms, M: tl.constexpr, BLOCK_N: tl.constexp
 
 
 def _parts(t: torch.Tensor | Sum | None) -> tuple[torch.Tensor | None, int, int, Any, Any]:
-    """A plain tensor, or a TP exchange's Sum: (rank 0's part [M, K], parts, their stride, epoch)."""
+    """A plain tensor, or a TP exchange's Sum: (rank 0's part [M, K], parts, their stride, flag, epoch)."""
     if isinstance(t, Sum):
         if t.parts.stride(-1) != 1:
             raise ValueError("an exchange's parts must be contiguous along K")
-        return t.parts[0], t.world, t.parts.stride(0), t.epoch
-    return t, 1, 0, None
+        return t.parts[0], t.world, t.parts.stride(0), t.ready, t.epoch
+    return t, 1, 0, None, None
 
 
 def gemv(weight: torch.Tensor, x: torch.Tensor | Sum, *, prologue: str = "plain",
@@ -263,8 +252,8 @@ def gemv(weight: torch.Tensor, x: torch.Tensor | Sum, *, prologue: str = "plain"
                          "residual, argmax_into or Push")
     if prologue not in PROLOGUES:
         raise ValueError(f"prologue must be one of {sorted(PROLOGUES)}, got {prologue!r}")
-    x, x_parts, stride_xp, epoch = _parts(x)
-    residual, res_parts, stride_rp, _ = _parts(residual)
+    x, x_parts, stride_xp, ready, epoch = _parts(x)
+    residual, res_parts, stride_rp, _, _ = _parts(residual)
     if x_parts > 1 and prologue == "swiglu":
         raise ValueError("prologue='swiglu' reads a plain x, not an exchange's Sum")
     n, k = weight.shape
@@ -303,21 +292,13 @@ def gemv(weight: torch.Tensor, x: torch.Tensor | Sum, *, prologue: str = "plain"
     unused = weight   # a pointer argument the kernel never reads (its branch is compiled out)
     args = (weight, x, out, res, norm_weight if norm_weight is not None else weight, vals, idx, n, k,
             weight.stride(0), x.stride(0), out.stride(0), res.stride(0), eps,
-            stride_xp, epoch if epoch is not None else unused, stride_rp,
+            stride_xp, ready if ready is not None else unused, epoch if epoch is not None else unused, stride_rp,
             push.slot_ptrs if push else unused, push.arrive if push else unused,
-            push.flag_ptrs if push else unused, push.flag if push else 0, stride_v, idx0,
-            push.close[0] if push and push.close else unused,
-            push.clear if push is not None and push.clear is not None else unused,
-            push.clear.shape[-1] if push is not None and push.clear is not None else 0)
-    if push is not None and push.close is not None and (x_parts == 1 or push.close[1] is not epoch):
-        raise ValueError("a Push that closes the step reads x from the same exchange's Sum (its epoch)")
+            push.flag_ptrs if push else unused, push.flag if push else 0, stride_v, idx0)
     # SWIGLU_OUT is N itself (the pairs' distance, gemv_rows' PAIR_D), or 0 for a plain store
     shape = dict(M=m, BLOCK_M=max(2, triton.next_power_of_2(m)), PROLOGUE=PROLOGUES[prologue],
                  RESIDUAL=residual is not None, ARGMAX=argmax_into is not None, SWIGLU_OUT=n if swiglu_out else 0,
-                 PDL=pdl, X_PARTS=x_parts, RES_PARTS=res_parts, PUSH=push.world if push else 0,
-                 CLOSE=bool(push and push.close), SIGNAL=bool(push and push.signal),
-                 CLEAR_ROWS=push.clear.shape[1] if push is not None and push.clear is not None else 0,
-                 FENCE=EXCHANGE_FENCE, SPIN=SPIN_LIMIT,
+                 PDL=pdl, X_PARTS=x_parts, RES_PARTS=res_parts, PUSH=push.world if push else 0, SPIN=SPIN_LIMIT,
                  **({"launch_pdl": True} if pdl else {}))
     _gemv_kernel[(triton.cdiv(n, block_n),)](*args, BLOCK_N=block_n, BLOCK_K=block_k,
                                              num_warps=num_warps or NUM_WARPS, **shape)

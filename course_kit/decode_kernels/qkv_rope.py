@@ -38,14 +38,14 @@ from .gemv import gemv_rows, pair_halves  # noqa: E402
 
 @triton.jit
 def _qkv_rope_kernel(W, X, NORM_W, POS, INV_FREQ, Q_OUT, K_CACHE, V_CACHE, N, K, stride_w, stride_x,
-                     stride_qm, stride_cb, stride_ch, stride_cs, eps, stride_xp, EPOCH,
+                     stride_qm, stride_cb, stride_ch, stride_cs, eps, stride_xp, READY, EPOCH,
                      H: tl.constexpr, KV: tl.constexpr, D: tl.constexpr,
                      M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      PDL: tl.constexpr, X_PARTS: tl.constexpr, SPIN: tl.constexpr):
     DT: tl.constexpr = Q_OUT.dtype.element_ty
     HB: tl.constexpr = BLOCK_N // 2
     acc, _ = gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT, M, BLOCK_M, BLOCK_N, BLOCK_K, 1, PDL, D,
-                       X_PARTS, stride_xp, EPOCH + 1, SPIN)
+                       X_PARTS, stride_xp, READY, EPOCH, SPIN)
     y = acc.to(DT).to(tl.float32)                  # the product rounded, as F.linear rounds it
     x1, x2 = pair_halves(y, BLOCK_M, BLOCK_N)      # each pair's first and second elements
     pair = tl.program_id(0) * HB + tl.arange(0, HB)
@@ -81,7 +81,7 @@ def qkv_rope(wqkv: torch.Tensor, x: torch.Tensor | Sum, norm_weight: torch.Tenso
     k and v into k_cache / v_cache [>= M, n_kv, S, D] at row m, position positions[m].
     Block shapes: `blocks` when given (BLOCK_N even), else `gemv_blocks`. Under tensor parallelism
     x may be an exchange's `Sum` (gemv.py)."""
-    x, x_parts, stride_xp, epoch = G._parts(x)
+    x, x_parts, stride_xp, ready, epoch = G._parts(x)
     m = x.shape[0]
     _, n_kv, _, d = k_cache.shape
     n, k = wqkv.shape
@@ -102,7 +102,7 @@ def qkv_rope(wqkv: torch.Tensor, x: torch.Tensor | Sum, norm_weight: torch.Tenso
     _qkv_rope_kernel[(triton.cdiv(n, block_n),)](
         wqkv, x, norm_weight, positions, inv_freq, q, k_cache, v_cache, n, k, wqkv.stride(0), x.stride(0),
         q.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), eps, stride_xp,
-        epoch if epoch is not None else x,
+        ready if ready is not None else x, epoch if epoch is not None else x,
         H=n_heads, KV=n_kv, D=d, M=m, BLOCK_M=max(2, triton.next_power_of_2(m)), BLOCK_N=block_n, BLOCK_K=block_k,
         PDL=pdl, X_PARTS=x_parts, SPIN=G.SPIN_LIMIT, num_warps=G.NUM_WARPS, **({"launch_pdl": True} if pdl else {}))
     return q

@@ -105,7 +105,7 @@ class TritonDecodeStep:
             gemv(model.head_weight, x, prologue="norm", norm_weight=model.norm.weight, eps=self.eps, pdl=pdl,
                  out=self.exchange.push_logits(b), argmax_into=self.exchange.blocks(b))
             self.exchange.pushed()
-            logits = self.exchange.logits_of(b, pdl)   # whole: the product's last program waited for them
+            logits = self.exchange.finish(b, pdl)
             self._blocks_of = (logits, _version(logits))
             return logits
         if self.world > 1:   # each rank holds a slice of the vocabulary: gather, then argmax the whole

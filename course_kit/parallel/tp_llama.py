@@ -138,23 +138,10 @@ def check_folded_exchange(rank: int, world_size: int, preset: str = "tiny", step
         tp.prefill(prompts, c)
     tokens = torch.tensor([3, 4], device=dev)
     positions = torch.tensor([6, 2], device=dev)
-    # one exchange alone: every rank pushes rank + 1 + its row index, every rank reads the sum
-    from ..decode_kernels.gemv import gemv
-    ex, d = folded.exchange, model.config.dim
-    eye = torch.eye(d, device=dev)
-    mine = (rank + 1 + torch.arange(2 * d, device=dev, dtype=torch.float32) / 1024).view(2, d)
-    gemv(eye, mine, out=ex.push_x(1, 2))
-    summed = gemv(eye, ex.sum_x(1, 2))
-    want_sum = sum((r + 1 + torch.arange(2 * d, device=dev, dtype=torch.float32) / 1024).view(2, d)
-                   for r in range(world_size))
-    one_exchange_err = float((summed - want_sum).abs().max())
-    # (set 0 is empty again, set 1 is emptied by the step's first product: as between two steps)
-    equal, got, diffs = [], None, []
-    for _ in range(steps):   # uncaptured
+    equal, got = [], None
+    for _ in range(steps):   # uncaptured: each step's flags wait for that step's pushes (epoch)
         got = folded(tokens, positions, caches[0]).clone()
-        ref = reducing(tokens, positions, caches[1])
-        equal.append(torch.equal(got, ref))
-        diffs.append(float((got - ref).abs().max() / ref.abs().max()))
+        equal.append(torch.equal(got, reducing(tokens, positions, caches[1])))
         positions += 1
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -166,8 +153,7 @@ def check_folded_exchange(rank: int, world_size: int, preset: str = "tiny", step
         positions += 1
     torch.cuda.synchronize()
     folded.exchange.check()
-    return {"folded": True, "one_exchange_err": one_exchange_err, "rel_diffs": diffs,
-            "uncaptured_equal": equal, "replayed_equal": replayed,
+    return {"folded": True, "uncaptured_equal": equal, "replayed_equal": replayed,
             "epoch": int(folded.exchange.epoch[0]), "tokens": got.argmax(-1).tolist()}
 
 
