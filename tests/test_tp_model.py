@@ -101,6 +101,25 @@ def test_speedup_sentences_follow_the_record_both_ways():
         T.explain_speedups({"summary": {}, "results": []})
 
 
+def test_folded_exchange_sentence_follows_the_record_both_ways():
+    text = T.explain_speedups(REC)
+    row = next(r for r in REC["results"] if r["name"] == "decode" and r["tp"] == 2)
+    by = row["s_per_token_by_mode"]
+    assert row["triton_exchange"] == "folded" and by["triton_graph"] < by["triton_graph_all_reduce"]
+    assert "the sums folded into the products (no all-reduce kernel) run " in text
+    assert f"{by['triton_graph_all_reduce'] / by['triton_graph']:.2f}x faster than the same kernels" in text
+    slow = json.loads(json.dumps(REC))
+    for r in slow["results"]:
+        if r["name"] == "decode" and r["tp"] == 2:
+            m = r["s_per_token_by_mode"]
+            m["triton_graph"] = 2 * m["triton_graph_all_reduce"]
+    assert "run 2.00x slower than the same kernels" in T.explain_speedups(slow)
+    no_fold = json.loads(json.dumps(REC))
+    for r in no_fold["results"]:
+        r.pop("triton_exchange", None)
+    assert "folded" not in T.explain_speedups(no_fold)
+
+
 def test_tradeoff_lines_fit_or_not_and_faster_or_slower():
     fast_link = T.tradeoff("70b", COSTS, seq=8192)
     lines = T.explain_tradeoff(fast_link, 80 * 2**30)

@@ -13,7 +13,10 @@ a kernel each in the eager step. Here they ride inside the products that need th
 - `argmax`      the greedy token: the logits product's store keeps each program's largest logit,
                 and one small kernel picks the winner (PyTorch reduces 128k logits in one block);
 - `step`        `TritonDecodeStep`: the course model's decode step from these, five kernels a
-                layer (six when attention cuts the context into slices).
+                layer (six when attention cuts the context into slices);
+- `exchange`    under tensor parallelism (notebook 09), the ranks' partial sums pushed by each
+                row-parallel product into every GPU's symmetric memory and summed by the next
+                product as it loads x: no all-reduce kernel.
 
 Importing a kernel module without CUDA sets TRITON_INTERPRET=1 (tests run on CPU tensors).
 """

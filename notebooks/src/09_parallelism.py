@@ -363,6 +363,19 @@ md(f"Greedy tokens of the sharded model on {WORLD} ranks equal the unsharded mod
 from course_kit.parallel import oneshot
 show_source(oneshot.OneShotAllReduce)
 
+# %% [markdown]
+# With notebook 05's Triton step on each shard, the all-reduce kernel can go as well. The row-parallel
+# product stores its partial sums straight into every GPU's symmetric buffer, then its last program
+# raises a flag on every GPU; the next product waits for the flag and adds the parts as it loads
+# its input (`decode_kernels/exchange.py`). An exchange then costs the trip across NVLink, not a kernel
+# of its own. The record times both forms of the Triton step: `triton_graph` with the exchange folded
+# in, `triton_graph_all_reduce` with the one-shot all-reduce after each product.
+
+# %%
+from course_kit.decode_kernels import exchange
+show_source(exchange.signal_ranks)
+show_source(exchange.wait_for_ranks)
+
 # %%
 def speed_rows(rec, label):
     out = []
