@@ -2,8 +2,8 @@
 
 Under tensor parallelism each rank's wo and w2 products are partial sums (row parallel): the
 next layer needs their sum over the ranks. The one-shot all-reduce (parallel/oneshot.py) does it
-in a kernel of its own, about 7 µs on two H200s, twice a layer: at batch 1 that is what stops
-TP from paying on a 1B model. Here the exchange rides in the kernels that are there anyway:
+in a kernel of its own (about 7 µs on two H200s in the fitted model of notebook 09, §8), twice a
+layer: at batch 1 that is what stops TP from paying on a 1B model. Here the exchange rides in the kernels that are there anyway:
 
 - the product (the producer) stores its rows into its own slot of every rank's buffer, local or
   across NVLink (symmetric memory maps the peers' buffers into this process), then signals. Each
@@ -19,6 +19,11 @@ consumer waits for (epoch + 1) * world. The step's last kernel (`finish`) waits 
 and advances the epoch. Nothing is reset, so a CUDA graph of the step can be replayed. Two slot
 sets take turns (even and odd exchanges): a rank cannot start writing exchange e + 2 before
 every rank has passed e + 1, and with it every read of e.
+
+Measured and not kept: each value its own flag (an empty slot holds -0.0, which no product
+sends, so a consumer polls the values themselves and no flag or fence is needed). Every consumer
+program then polls all of x, and the step got slower on two H200s
+(data/reference/h200x2/logs/bench-parallel-s9-values-as-flags.log; code in commit 05d882e).
 
 A rank that waits too long (a peer never arrived) stops waiting, marks `errors`, and goes on
 with wrong sums; `check()` raises. `SimulatedExchange` runs the same kernels for several ranks in
