@@ -218,7 +218,7 @@ def _argmax_store(VALS, IDX, y, omask, ms, M: tl.constexpr, BLOCK_N: tl.constexp
     tl.store(IDX + ms * stride_v + tl.program_id(0), idx0 + tl.program_id(0) * BLOCK_N + where, mask=ms < M)
 
 
-def _parts(t: torch.Tensor | Sum | None) -> tuple[torch.Tensor | None, int, int, Any, Any]:
+def parts_of(t: torch.Tensor | Sum | None) -> tuple[torch.Tensor | None, int, int, Any, Any]:
     """A plain tensor, or a TP exchange's Sum: (rank 0's part [M, K], parts, their stride, flag, epoch)."""
     if isinstance(t, Sum):
         if t.parts.stride(-1) != 1:
@@ -252,8 +252,8 @@ def gemv(weight: torch.Tensor, x: torch.Tensor | Sum, *, prologue: str = "plain"
                          "residual, argmax_into or Push")
     if prologue not in PROLOGUES:
         raise ValueError(f"prologue must be one of {sorted(PROLOGUES)}, got {prologue!r}")
-    x, x_parts, stride_xp, ready, epoch = _parts(x)
-    residual, res_parts, stride_rp, _, _ = _parts(residual)
+    x, x_parts, stride_xp, ready, epoch = parts_of(x)
+    residual, res_parts, stride_rp, _, _ = parts_of(residual)
     if x_parts > 1 and prologue == "swiglu":
         raise ValueError("prologue='swiglu' reads a plain x, not an exchange's Sum")
     n, k = weight.shape

@@ -81,7 +81,7 @@ def qkv_rope(wqkv: torch.Tensor, x: torch.Tensor | Sum, norm_weight: torch.Tenso
     k and v into k_cache / v_cache [>= M, n_kv, S, D] at row m, position positions[m].
     Block shapes: `blocks` when given (BLOCK_N even), else `gemv_blocks`. Under tensor parallelism
     x may be an exchange's `Sum` (gemv.py)."""
-    x, x_parts, stride_xp, ready, epoch = G._parts(x)
+    x, x_parts, stride_xp, ready, epoch = G.parts_of(x)
     m = x.shape[0]
     _, n_kv, _, d = k_cache.shape
     n, k = wqkv.shape

@@ -61,16 +61,15 @@ class TritonDecodeStep:
         self.rank, self.world = world(self.group)
         # ... by an all-reduce kernel, or folded into the products (exchange.py): "auto" folds
         # them where symmetric memory works (GPUs joined by NVLink), None keeps the all-reduce
+        head_blocks = argmax_buffers(model.head_weight, 1)[0].shape[1]   # the logits product's programs
         if exchange == "auto":
             exchange = None
             if self.world > 1 and self.device.type == "cuda":
-                head_blocks = argmax_buffers(model.head_weight, 1)[0].shape[1]   # the logits product's programs
                 exchange = Exchange.for_group(self.group, cfg.n_layers, cfg.dim, model.head_weight.shape[0] * self.world,
                                               model.head_weight.dtype, self.device, head_blocks=head_blocks)
         self.exchange = exchange
         if exchange is not None:
             self.rank, self.world = exchange.rank, exchange.world
-            head_blocks = argmax_buffers(model.head_weight, 1)[0].shape[1]
             if exchange.head_blocks != head_blocks or exchange.dim != cfg.dim:
                 raise ValueError(f"the exchange was made for dim {exchange.dim} and {exchange.head_blocks} logits "
                                  f"blocks; this shard has dim {cfg.dim} and {head_blocks}")

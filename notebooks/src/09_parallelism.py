@@ -373,8 +373,8 @@ show_source(oneshot.OneShotAllReduce)
 
 # %%
 from course_kit.decode_kernels import exchange
-show_source(exchange.signal_ranks)
-show_source(exchange.wait_for_ranks)
+show_source(exchange.signal_ranks.fn)
+show_source(exchange.wait_for_ranks.fn)
 
 # %%
 def speed_rows(rec, label):
