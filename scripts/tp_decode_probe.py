@@ -2,10 +2,9 @@
 
 Each variant is the Triton step (course_kit/decode_kernels) on the TP shards of a model, with
 its sums folded into the products (exchange="auto", decode_kernels/exchange.py) or with the
-one-shot all-reduce after each row-parallel product (exchange=None), and module constants set
-for the run: decode_kernels.gemv's PROGRAMS_PER_SM, TILE, NUM_WARPS (the block shapes of the
-halved products), exchange.CLOSE_IN_PRODUCT (the logits product closes the step, no `finish`
-kernel). On GPUs each variant's step (with greedy decoding and the position update) is
+one-shot all-reduce after each row-parallel product (exchange=None), and module constants of
+decode_kernels.gemv set for the run (PROGRAMS_PER_SM, TILE, NUM_WARPS: the block shapes of the
+halved products). On GPUs each variant's step (with greedy decoding and the position update) is
 captured in a CUDA graph and `--steps` replays are timed, the slowest rank's time counted; the
 variants take turns for `--rounds` rounds, so drift shows as spread, not as a difference. Greedy
 tokens are compared with the first variant's. On a CPU (gloo, the interpreter, float32, the tiny
@@ -23,8 +22,7 @@ VARIANTS = [("folded", "auto", {}), ("all_reduce", None, {}),
             ("folded, 2 programs an SM", "auto", {"PROGRAMS_PER_SM": 2}),
             ("folded, 4 programs an SM", "auto", {"PROGRAMS_PER_SM": 4}),
             ("folded, tiles of 4096", "auto", {"TILE": 4096}),
-            ("folded, tiles of 16384", "auto", {"TILE": 16384}),
-            ("folded, step closed in the logits product", "auto", {"exchange.CLOSE_IN_PRODUCT": True})]
+            ("folded, tiles of 16384", "auto", {"TILE": 16384})]
 
 
 def probe_rank(rank: int, world_size: int, models: list[str], variants: list, steps: int, rounds: int,
@@ -34,7 +32,6 @@ def probe_rank(rank: int, world_size: int, models: list[str], variants: list, st
     import torch
     import torch.distributed as dist
 
-    from course_kit.decode_kernels import exchange as EX
     from course_kit.decode_kernels import gemv as G
     from course_kit.decode_kernels.step import TritonDecodeStep
     from course_kit.models import llama
@@ -55,12 +52,11 @@ def probe_rank(rank: int, world_size: int, models: list[str], variants: list, st
         first_tokens = None
         for rnd in range(rounds):
             for label, exchange, knobs in variants:
-                where = {k: (EX, k.split(".", 1)[1]) if k.startswith("exchange.") else (G, k) for k in knobs}
-                saved = {k: getattr(*where[k]) for k in knobs}
+                saved = {k: getattr(G, k) for k in knobs}
                 row = {"model": name, "variant": label, "round": rnd, "knobs": knobs}
                 try:
                     for k, v in knobs.items():
-                        setattr(*where[k], v)
+                        setattr(G, k, v)
                     step = TritonDecodeStep(model, exchange=exchange)
                     row["folded"] = step.exchange is not None
 
@@ -93,7 +89,7 @@ def probe_rank(rank: int, world_size: int, models: list[str], variants: list, st
                     row["error"] = f"{type(exc).__name__}: {exc}"[:300]
                 finally:
                     for k, v in saved.items():
-                        setattr(*where[k], v)
+                        setattr(G, k, v)
                 rows.append(row)
         if fast is not None:
             oneshot.disable_one_shot_all_reduce()

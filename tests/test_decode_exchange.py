@@ -9,7 +9,6 @@ import threading
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from course_kit.decode_kernels import exchange as X
 from course_kit.decode_kernels import gemv as G
@@ -123,31 +122,3 @@ def test_a_step_refuses_an_exchange_made_for_another_shape():
     ex = X.SimulatedExchange.group(2, model.config.n_layers, model.config.dim, model.config.vocab_size, head_blocks=1)
     with pytest.raises(ValueError, match="logits blocks"):
         TritonDecodeStep(shard, exchange=ex[0])
-
-
-def test_the_logits_product_can_close_the_step_in_its_last_program():
-    """exchange.CLOSE_IN_PRODUCT: the logits product's last program waits for every rank's logits
-    and counts the step done, instead of `finish`'s kernel. Here rank 1 pushes first, without
-    closing (in one process a product cannot wait for a peer that runs after it), then rank 0."""
-    from course_kit.decode_kernels import argmax
-    dim, vocab = 32, 64
-    ranks = X.SimulatedExchange.group(2, layers=1, dim=dim, vocab=vocab, head_blocks=2)
-    ranks[0].close_in_product = True
-    g = torch.Generator().manual_seed(0)
-    heads = [torch.randn(vocab // 2, dim, generator=g) for _ in range(2)]
-    for r in range(2):                                           # exchange 1: x after the layer
-        G.gemv(torch.eye(dim), torch.randn(1, dim, generator=g), out=ranks[r].push_x(1, 1))
-    for r in (1, 0):
-        G.gemv(heads[r], ranks[r].sum_x(1, 1), prologue="norm", norm_weight=torch.ones(dim),
-               out=ranks[r].push_logits(1), argmax_into=ranks[r].blocks(1), blocks=(16, 32))
-    ranks[0].check()
-    assert ranks[0].epoch.tolist() == [1, 0] and ranks[1].epoch.tolist() == [0, 0]
-    x = ranks[0].x_slots[1, :, :1].sum(0)
-    normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
-    want = torch.cat([F.linear(normed, h) for h in heads], dim=-1)
-    logits = ranks[0].finish(1)                                  # no kernel: the product closed the step
-    assert ranks[0].epoch.tolist() == [1, 0]
-    torch.testing.assert_close(logits, want, rtol=1e-5, atol=1e-5)
-    assert argmax.tokens_from_blocks(*ranks[0].blocks(1)).tolist() == want.argmax(-1).tolist()
-    with pytest.raises(ValueError, match="closes the step"):
-        G.gemv(heads[0], torch.randn(1, dim), out=ranks[0].push_logits(1))

@@ -16,7 +16,7 @@ layer: at batch 1 that is what stops TP from paying on a 1B model. Here the exch
 
 Flags only grow: an exchange's flag counts `world` each step, and `epoch` counts the steps, so a
 consumer waits for (epoch + 1) * world. The step's last kernel (`finish`) waits for the logits
-and advances the epoch (with CLOSE_IN_PRODUCT, the logits product's last program does it instead). Nothing is reset, so a CUDA graph of the step can be replayed. Two slot
+and advances the epoch. Nothing is reset, so a CUDA graph of the step can be replayed. Two slot
 sets take turns (even and odd exchanges): a rank cannot start writing exchange e + 2 before
 every rank has passed e + 1, and with it every read of e.
 
@@ -49,9 +49,6 @@ import triton.language as tl  # noqa: E402
 # polls of a flag before a rank gives up (about a second on a GPU; the interpreter is slower)
 SPIN_LIMIT = 1000 if os.environ.get("TRITON_INTERPRET") == "1" else 1 << 22
 why_not_folded = ""   # set when Exchange.for_group finds no symmetric memory
-# The logits product's last program could close the step itself (close_step) and save `finish`'s
-# kernel: a knob of scripts/tp_decode_probe.py until two H200s say whether it pays.
-CLOSE_IN_PRODUCT = False
 
 
 @triton.jit
@@ -81,25 +78,14 @@ def push_rows(SLOT_PTRS, ms, cols, stride, y, mask, WORLD: tl.constexpr):
 
 @triton.jit
 def signal_ranks(ARRIVE, FLAG_PTRS, flag, WORLD: tl.constexpr):
-    """After this program's pushes: count it in; the last program raises the flag on every rank.
-    Returns whether this program was the last."""
+    """After this program's pushes: count it in; the last program raises the flag on every rank."""
     tl.debug_barrier()                                   # every thread's stores are issued
     arrived = tl.atomic_add(ARRIVE, 1, sem="acq_rel", scope="sys")
-    last = arrived == tl.num_programs(0) - 1
-    if last:                                             # the others' stores happened before
+    if arrived == tl.num_programs(0) - 1:                # the last: the others' stores happened before
         tl.store(ARRIVE, 0)                              # ready for the next step's exchange
         for r in tl.static_range(WORLD):
             base = tl.load(FLAG_PTRS + r).to(tl.pointer_type(tl.int32))
             tl.atomic_add(base + flag, 1, sem="release", scope="sys")
-    return last
-
-
-@triton.jit
-def close_step(DONE, EPOCH, PER_STEP, SPIN: tl.constexpr):
-    """Wait until every rank's logits are here (the step's last exchange), then count the step
-    done: every program of the step has read EPOCH by then."""
-    wait_for_ranks(DONE, EPOCH, PER_STEP, SPIN)
-    tl.store(EPOCH, tl.load(EPOCH) + 1)
 
 
 @triton.jit
@@ -107,7 +93,8 @@ def _finish_kernel(READY, EPOCH, PER_STEP, SPIN: tl.constexpr, PDL: tl.constexpr
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
-    close_step(READY, EPOCH, PER_STEP, SPIN)
+    wait_for_ranks(READY, EPOCH, PER_STEP, SPIN)         # every rank's logits are here
+    tl.store(EPOCH, tl.load(EPOCH) + 1)                  # every read of this step is done
 
 
 @dataclass(frozen=True)
@@ -132,7 +119,6 @@ class Push:
     # the logits' Push only: (values, indices address tables, their row stride, this rank's first
     # vocabulary index), where gemv(argmax_into=...) puts each program's largest logit on every rank
     argmax: tuple[torch.Tensor, torch.Tensor, int, int] | None = None
-    close: torch.Tensor | None = None   # the logits' flag on this rank, where their product closes the step
 
 
 class Exchange:
@@ -161,8 +147,6 @@ class Exchange:
                       for name, p in (("x", x_ptrs), ("logits", logit_ptrs), ("flags", flag_ptrs),
                                       ("vals", val_ptrs), ("idx", idx_ptrs))}
         self._cache: dict[tuple, Any] = {}
-        # in one process the ranks take turns between kernels: a product cannot wait for its peers
-        self.close_in_product = CLOSE_IN_PRODUCT and not isinstance(self, SimulatedExchange)
 
     @classmethod
     def for_group(cls, group: Any, layers: int, dim: int, vocab: int, dtype: torch.dtype,
@@ -226,8 +210,7 @@ class Exchange:
             argmax = (self._ptrs["vals"] + blk, self._ptrs["idx"] + blk, self.world * self.head_blocks, self.rank * vs)
             self._cache[key] = Push(self.logits[:m, self.rank * vs:(self.rank + 1) * vs],
                                     self._ptrs["logits"] + at, self.vocab, self.arrive[e:e + 1],
-                                    self._ptrs["flags"], e, self.world, argmax,
-                                    self.flags[e:e + 1] if self.close_in_product else None)
+                                    self._ptrs["flags"], e, self.world, argmax)
         return self._cache[key]
 
     def blocks(self, m: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -237,8 +220,6 @@ class Exchange:
     def finish(self, m: int, pdl: bool = False) -> torch.Tensor:
         """Wait for every rank's logits, close the step; the whole logits [m, vocab]."""
         e = self.exchanges - 1
-        if self.close_in_product:    # the logits product's last program has waited for them
-            return self.logits[:m]
         _finish_kernel[(1,)](self.flags[e:e + 1], self.epoch, self.world, SPIN=SPIN_LIMIT, PDL=pdl,
                              num_warps=1, **({"launch_pdl": True} if pdl else {}))
         return self.logits[:m]

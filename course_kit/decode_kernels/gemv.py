@@ -42,7 +42,7 @@ use_triton_interpreter_without_cuda()   # before the first kernel below
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from .exchange import SPIN_LIMIT, Push, Sum, close_step, push_rows, signal_ranks, wait_for_ranks  # noqa: E402
+from .exchange import SPIN_LIMIT, Push, Sum, push_rows, signal_ranks, wait_for_ranks  # noqa: E402
 
 HAS_PDL = hasattr(getattr(getattr(tl, "extra", None), "cuda", None), "gdc_wait")   # Triton >= 3.4
 MAX_ROWS = 8                 # a batch above this is a matrix product: cuBLAS's job, not a GEMV's
@@ -171,11 +171,11 @@ def pair_halves(y, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def _gemv_kernel(W, X, OUT, RES, NORM_W, VALS, IDX, N, K, stride_w, stride_x, stride_o, stride_r, eps,
-                 stride_xp, READY, EPOCH, stride_rp, SLOT_PTRS, ARRIVE, FLAG_PTRS, flag, stride_v, idx0, DONE,
+                 stride_xp, READY, EPOCH, stride_rp, SLOT_PTRS, ARRIVE, FLAG_PTRS, flag, stride_v, idx0,
                  M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  PROLOGUE: tl.constexpr, RESIDUAL: tl.constexpr, ARGMAX: tl.constexpr, SWIGLU_OUT: tl.constexpr,
                  PDL: tl.constexpr, X_PARTS: tl.constexpr, RES_PARTS: tl.constexpr, PUSH: tl.constexpr,
-                 CLOSE: tl.constexpr, SPIN: tl.constexpr):
+                 SPIN: tl.constexpr):
     DT: tl.constexpr = OUT.dtype.element_ty
     ms = tl.arange(0, BLOCK_M)
     if SWIGLU_OUT:   # rows j and j + N/2 (gate and up) in one program; store silu(gate) * up [M, N/2]
@@ -201,10 +201,7 @@ def _gemv_kernel(W, X, OUT, RES, NORM_W, VALS, IDX, N, K, stride_w, stride_x, st
                     _argmax_store(tl.load(VALS + r).to(tl.pointer_type(tl.float32)),
                                   tl.load(IDX + r).to(tl.pointer_type(tl.int32)), y, omask, ms, M, BLOCK_N,
                                   stride_v, idx0)
-            last = signal_ranks(ARRIVE, FLAG_PTRS, flag, PUSH)
-            if CLOSE:            # the logits, when their product closes the step (exchange.py)
-                if last:
-                    close_step(DONE, EPOCH, PUSH, SPIN)
+            signal_ranks(ARRIVE, FLAG_PTRS, flag, PUSH)
         else:
             tl.store(OUT + ms[:, None] * stride_o + rows[None, :], y, mask=omask)
             if ARGMAX:
@@ -256,8 +253,6 @@ def gemv(weight: torch.Tensor, x: torch.Tensor | Sum, *, prologue: str = "plain"
     if prologue not in PROLOGUES:
         raise ValueError(f"prologue must be one of {sorted(PROLOGUES)}, got {prologue!r}")
     x, x_parts, stride_xp, ready, epoch = parts_of(x)
-    if push is not None and push.close is not None and x_parts == 1:
-        raise ValueError("a Push that closes the step needs x as the exchange's Sum (its epoch counts the steps)")
     residual, res_parts, stride_rp, _, _ = parts_of(residual)
     if x_parts > 1 and prologue == "swiglu":
         raise ValueError("prologue='swiglu' reads a plain x, not an exchange's Sum")
@@ -299,13 +294,11 @@ def gemv(weight: torch.Tensor, x: torch.Tensor | Sum, *, prologue: str = "plain"
             weight.stride(0), x.stride(0), out.stride(0), res.stride(0), eps,
             stride_xp, ready if ready is not None else unused, epoch if epoch is not None else unused, stride_rp,
             push.slot_ptrs if push else unused, push.arrive if push else unused,
-            push.flag_ptrs if push else unused, push.flag if push else 0, stride_v, idx0,
-            push.close if push is not None and push.close is not None else unused)
+            push.flag_ptrs if push else unused, push.flag if push else 0, stride_v, idx0)
     # SWIGLU_OUT is N itself (the pairs' distance, gemv_rows' PAIR_D), or 0 for a plain store
     shape = dict(M=m, BLOCK_M=max(2, triton.next_power_of_2(m)), PROLOGUE=PROLOGUES[prologue],
                  RESIDUAL=residual is not None, ARGMAX=argmax_into is not None, SWIGLU_OUT=n if swiglu_out else 0,
-                 PDL=pdl, X_PARTS=x_parts, RES_PARTS=res_parts, PUSH=push.world if push else 0,
-                 CLOSE=push is not None and push.close is not None, SPIN=SPIN_LIMIT,
+                 PDL=pdl, X_PARTS=x_parts, RES_PARTS=res_parts, PUSH=push.world if push else 0, SPIN=SPIN_LIMIT,
                  **({"launch_pdl": True} if pdl else {}))
     _gemv_kernel[(triton.cdiv(n, block_n),)](*args, BLOCK_N=block_n, BLOCK_K=block_k,
                                              num_warps=num_warps or NUM_WARPS, **shape)
