@@ -27,14 +27,11 @@ VARIANTS = [("folded", "auto", {}), ("all_reduce", None, {}),
 
 def probe_rank(rank: int, world_size: int, models: list[str], variants: list, steps: int, rounds: int,
                prompt_len: int = 16) -> list[dict]:
-    import time
-
     import torch
     import torch.distributed as dist
 
     from course_kit.decode_kernels import gemv as G
     from course_kit.decode_kernels.step import TritonDecodeStep
-    from course_kit.models import llama
     from course_kit.parallel import measure, oneshot
 
     cuda = torch.cuda.is_available()
@@ -43,12 +40,8 @@ def probe_rank(rank: int, world_size: int, models: list[str], variants: list, st
     rows = []
     for name in models:
         model = measure._build(name, dt, dev, seed=0)          # this rank's shard when world_size > 1
-        cfg = model.config
-        prompt = torch.randint(0, cfg.vocab_size, (1, prompt_len), generator=torch.Generator().manual_seed(0)).to(dev)
-        cache = llama.StaticKVCache(cfg, 1, prompt_len + steps + 8, dt, dev)
-        first = model.prefill(prompt, cache)[:, -1].argmax(-1)
-        tok, pos = first.clone(), torch.full((1,), prompt_len, dtype=torch.long, device=dev)
-        fast = oneshot.enable_one_shot_all_reduce(max_numel=cfg.dim * 8, dtype=dt, device=dev) if cuda else None
+        loop = measure.GreedyLoop(model, prompt_len, steps + 1, dt, dev)
+        fast = oneshot.enable_one_shot_all_reduce(max_numel=model.config.dim * 8, dtype=dt, device=dev) if cuda else None
         first_tokens = None
         for rnd in range(rounds):
             for label, exchange, knobs in variants:
@@ -59,28 +52,11 @@ def probe_rank(rank: int, world_size: int, models: list[str], variants: list, st
                         setattr(G, k, v)
                     step = TritonDecodeStep(model, exchange=exchange)
                     row["folded"] = step.exchange is not None
-
-                    def one(step=step):
-                        step.greedy(step(tok, pos, cache), out=tok)
-                        pos.add_(1)
-                    fn = measure._graph(one).replay if cuda else one
-                    tok.copy_(first)
-                    pos.fill_(prompt_len)
-                    out = []
-                    if dist.is_initialized():
-                        dist.barrier()
-                    if cuda:
-                        torch.cuda.synchronize()
-                    t0 = time.perf_counter()
-                    for _ in range(steps):
-                        fn()
-                        out.append(tok.clone())
-                    if cuda:
-                        torch.cuda.synchronize()
-                    sec = torch.tensor([(time.perf_counter() - t0) / steps], dtype=torch.float64, device=dev)
+                    one = loop.step_of(step, step.greedy)
+                    tokens, sec = loop.run(measure._graph(one).replay if cuda else one)
+                    sec = torch.tensor([sec], dtype=torch.float64, device=dev)
                     if dist.is_initialized():
                         dist.all_reduce(sec, op=dist.ReduceOp.MAX)   # the slowest rank's time
-                    tokens = torch.cat(out).tolist()
                     first_tokens = first_tokens or tokens
                     row.update(ms_per_token=float(sec) * 1e3, tokens_equal_first=tokens == first_tokens)
                     if step.exchange is not None:
@@ -93,7 +69,7 @@ def probe_rank(rank: int, world_size: int, models: list[str], variants: list, st
                 rows.append(row)
         if fast is not None:
             oneshot.disable_one_shot_all_reduce()
-        del model, cache
+        del model, loop
     return rows
 
 

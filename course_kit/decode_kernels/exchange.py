@@ -3,7 +3,8 @@
 Under tensor parallelism each rank's wo and w2 products are partial sums (row parallel): the
 next layer needs their sum over the ranks. The one-shot all-reduce (parallel/oneshot.py) does it
 in a kernel of its own (about 7 µs on two H200s in the fitted model of notebook 09, §8), twice a
-layer: at batch 1 that is what stops TP from paying on a 1B model. Here the exchange rides in the kernels that are there anyway:
+layer: at batch 1 that is what stops TP from paying on a 1B model. Here the exchange rides in the
+kernels that are there anyway:
 
 - the product (the producer) stores its rows into its own slot of every rank's buffer, local or
   across NVLink (symmetric memory maps the peers' buffers into this process), then signals. Each
@@ -31,9 +32,9 @@ one process (CPU tests under the Triton interpreter).
 """
 from __future__ import annotations
 
+import itertools
 import os
 import threading
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,19 +154,17 @@ class Exchange:
                   device: torch.device, rows: int = 8, head_blocks: int = 1) -> "Exchange | None":
         """This rank's exchange over symmetric memory (a collective); None where it is missing."""
         import torch.distributed as dist
+
+        from ..parallel.oneshot import symmetric_memory_group
         try:
             import torch.distributed._symmetric_memory as symm_mem
-            pg = group if group is not None else dist.group.WORLD
-            if hasattr(symm_mem, "enable_symm_mem_for_group"):      # needed by older torch only
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", FutureWarning)
-                    symm_mem.enable_symm_mem_for_group(pg.group_name)
+            group_name = symmetric_memory_group(group)
             kept = []
 
             def allocate(shape, dt):
                 t = symm_mem.empty(*shape, dtype=dt, device=device)
                 t.zero_()
-                handle = symm_mem.rendezvous(t, pg.group_name)
+                handle = symm_mem.rendezvous(t, group_name)
                 at = t.data_ptr() - handle.buffer_ptrs[handle.rank]   # the tensor's offset in its buffer
                 kept.append(handle)
                 return t, [p + at for p in handle.buffer_ptrs]
@@ -182,16 +181,13 @@ class Exchange:
             return None
 
     # ---- what the step passes to its kernels -------------------------------------------
-    def _slot_offset(self, e: int, rank: int) -> int:
-        return ((e % 2) * self.world + rank) * self.rows * self.dim
-
     def push_x(self, e: int, m: int) -> Push:
         """The wo (e even) or w2 (e odd) product's destination."""
         key = ("push", e, m)
         if key not in self._cache:
             local = self.x_slots[e % 2, self.rank, :m]
-            at = self._slot_offset(e, self.rank)
-            self._cache[key] = Push(local, self._ptrs["x"] + at * self.x_slots.element_size(), self.dim,
+            at = local.data_ptr() - self.x_slots.data_ptr()            # bytes to this slot, on every rank
+            self._cache[key] = Push(local, self._ptrs["x"] + at, self.dim,
                                     self.arrive[e:e + 1], self._ptrs["flags"], e, self.world)
         return self._cache[key]
 
@@ -206,7 +202,7 @@ class Exchange:
         key = ("push", e, m)
         if key not in self._cache:
             at = self.rank * vs * self.logits.element_size()
-            blk = self.rank * self.head_blocks * 4          # bytes to this rank's first block (4-byte values)
+            blk = self.rank * self.head_blocks * self.block_vals.element_size()   # bytes to this rank's first block
             argmax = (self._ptrs["vals"] + blk, self._ptrs["idx"] + blk, self.world * self.head_blocks, self.rank * vs)
             self._cache[key] = Push(self.logits[:m, self.rank * vs:(self.rank + 1) * vs],
                                     self._ptrs["logits"] + at, self.vocab, self.arrive[e:e + 1],
@@ -245,7 +241,7 @@ class SimulatedExchange(Exchange):
         copies: list[list[torch.Tensor]] = []   # the i-th buffer of every rank
 
         def allocator(rank):
-            made = iter(range(1 << 30))
+            made = itertools.count()
 
             def allocate(shape, dt):
                 i = next(made)

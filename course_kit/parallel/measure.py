@@ -174,6 +174,45 @@ def _triton_step(model: llama.Transformer, exchange: Any = "auto") -> Any:
     return TritonDecodeStep(model, exchange=exchange)
 
 
+class GreedyLoop:
+    """Greedy decode of one sequence of `model` (or this rank's shard) from a prefilled static
+    cache: `step_of(decode)` is one step in place (a graph can capture it), `run(fn)` times
+    `new_tokens - 1` calls from the same start, every rank starting together."""
+
+    def __init__(self, model: llama.Transformer, prompt_len: int, new_tokens: int, dt: torch.dtype,
+                 dev: torch.device, seed: int = 0):
+        cfg = model.config
+        g = torch.Generator().manual_seed(seed)
+        prompt = torch.randint(0, cfg.vocab_size, (1, prompt_len), generator=g).to(dev)
+        self.cache = llama.StaticKVCache(cfg, 1, prompt_len + new_tokens + 8, dt, dev)
+        self.first = model.prefill(prompt, self.cache)[:, -1].argmax(-1)
+        self.tok = self.first.clone()
+        self.pos = torch.full((1,), prompt_len, dtype=torch.long, device=dev)
+        self.prompt_len, self.new_tokens, self.dev = prompt_len, new_tokens, dev
+
+    def step_of(self, decode: Callable[..., torch.Tensor],
+                pick: Callable[[torch.Tensor], torch.Tensor] = lambda x: x.argmax(-1)) -> Callable[[], None]:
+        def step() -> None:
+            self.tok.copy_(pick(decode(self.tok, self.pos, self.cache)))
+            self.pos.add_(1)
+        return step
+
+    def run(self, fn: Callable[[], None]) -> tuple[list[int], float]:
+        """(greedy tokens, seconds per call on this rank)."""
+        self.tok.copy_(self.first)
+        self.pos.fill_(self.prompt_len)
+        out = [self.tok.clone()]
+        if dist.is_initialized():
+            dist.barrier()
+        _sync(self.dev)
+        t0 = time.perf_counter()
+        for _ in range(self.new_tokens - 1):
+            fn()
+            out.append(self.tok.clone())
+        _sync(self.dev)
+        return torch.cat(out).tolist(), (time.perf_counter() - t0) / (self.new_tokens - 1)
+
+
 @torch.no_grad()   # not inference_mode: the Triton step's greedy checks its logits' version counter
 def decode_on_rank(rank: int, world_size: int, model_name: str, dtype: str, prompt_len: int = 16,
                    new_tokens: int = 64, use_graph: bool = True, use_compile: bool = False,
@@ -194,35 +233,8 @@ def decode_on_rank(rank: int, world_size: int, model_name: str, dtype: str, prom
         torch.backends.cuda.matmul.allow_tf32 = False
     model = _build(model_name, dt, dev, seed)
     cfg = model.config
-    g = torch.Generator().manual_seed(seed)
-    prompt = torch.randint(0, cfg.vocab_size, (1, prompt_len), generator=g).to(dev)
-    cache = llama.StaticKVCache(cfg, 1, prompt_len + new_tokens + 8, dt, dev)
-    first = model.prefill(prompt, cache)[:, -1].argmax(-1)
-    tok = first.clone()
-    pos = torch.full((1,), prompt_len, dtype=torch.long, device=dev)
-
-    def make_step(decode: Callable[..., torch.Tensor],
-                  pick: Callable[[torch.Tensor], torch.Tensor] = lambda x: x.argmax(-1)) -> Callable[[], None]:
-        def step() -> None:
-            tok.copy_(pick(decode(tok, pos, cache)))
-            pos.add_(1)
-        return step
-
-    def run(fn: Callable[[], None]) -> tuple[list[int], float]:
-        tok.copy_(first)
-        pos.fill_(prompt_len)
-        out = [tok.clone()]
-        if dist.is_initialized():
-            dist.barrier()
-        _sync(dev)
-        t0 = time.perf_counter()
-        for _ in range(new_tokens - 1):
-            fn()
-            out.append(tok.clone())
-        _sync(dev)
-        sec = (time.perf_counter() - t0) / (new_tokens - 1)
-        return torch.cat(out).tolist(), sec
-
+    loop = GreedyLoop(model, prompt_len, new_tokens, dt, dev, seed)
+    make_step, run = loop.step_of, loop.run
     step = make_step(model.decode)
     eager_tokens, _ = run(step)          # warm-up (allocator, cuBLAS, NCCL)
     eager_tokens, eager_s = run(step)
@@ -275,7 +287,7 @@ def decode_on_rank(rank: int, world_size: int, model_name: str, dtype: str, prom
     row["mode"] = min(row["s_per_token_by_mode"], key=row["s_per_token_by_mode"].get)
     row["s_per_token"] = row["s_per_token_by_mode"][row["mode"]]
     row["tokens_per_s"] = 1.0 / row["s_per_token"]
-    del model, cache
+    del model, loop
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     return row

@@ -24,18 +24,26 @@ import torch.distributed as dist
 from . import comm
 
 
+def symmetric_memory_group(group: Any = None) -> str:
+    """The name under which `group` (None: the world) rendezvouses symmetric memory; older torch
+    must first enable it per group. Shared with decode_kernels/exchange.py."""
+    import torch.distributed._symmetric_memory as symm_mem
+
+    name = (group if group is not None else dist.group.WORLD).group_name
+    if hasattr(symm_mem, "enable_symm_mem_for_group"):   # needed by older torch only
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            symm_mem.enable_symm_mem_for_group(name)
+    return name
+
+
 class OneShotAllReduce:
     """Sums `x` over the group with torch.ops.symm_mem.one_shot_all_reduce_copy."""
 
     def __init__(self, group: Any, max_numel: int, dtype: torch.dtype, device: torch.device):
         import torch.distributed._symmetric_memory as symm_mem
 
-        pg = group if group is not None else dist.group.WORLD
-        self.group_name = pg.group_name
-        if hasattr(symm_mem, "enable_symm_mem_for_group"):   # needed by older torch only
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", FutureWarning)
-                symm_mem.enable_symm_mem_for_group(self.group_name)
+        self.group_name = symmetric_memory_group(group)
         self.buffer = symm_mem.empty(max_numel, dtype=dtype, device=device)
         symm_mem.rendezvous(self.buffer, self.group_name)   # collective: maps the peers' buffers
         self.max_numel, self.dtype = max_numel, dtype
