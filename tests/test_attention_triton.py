@@ -52,19 +52,6 @@ def test_interpreter_random_shapes(seed):
     _check_against_float64(q, k, v, causal, dtype)
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_lazy_rescale_is_the_same_softmax(causal, monkeypatch):
-    """triton_flash.LAZY_RESCALE: the running output is rescaled only when a row's max grew by more
-    than 2^8. Keys from 80 on score far higher, so the rows that reach them rescale in an unmasked
-    block after blocks that skipped it (four 32-key blocks under the interpreter)."""
-    monkeypatch.setattr(triton_flash, "LAZY_RESCALE", True)
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    g = torch.Generator().manual_seed(7)
-    q, k, v = (torch.randn(1, 2, 128, 32, generator=g, dtype=torch.float64) for _ in range(3))
-    k[:, :, 80:] *= 4
-    _check_against_float64(*(t.to(torch.bfloat16).to(dev) for t in (q, k, v)), causal, torch.bfloat16)
-
-
 @pytest.mark.parametrize("loader", ["pointer", "descriptor"])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_interpreter_both_loaders_head_dims_gqa_causal(loader, head_dim):

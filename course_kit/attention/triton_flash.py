@@ -86,8 +86,7 @@ def _load_tile(ptrs, desc, off_b, off_h, row, rows_valid,
 def _fold_key_block(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, off_b, off_kvh, start_n, offs_m,
                     offs_d, stride_ks, stride_vs, seq_k, qk_scale,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                    MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_DESC: tl.constexpr, DOT_F32: tl.constexpr,
-                    LAZY: tl.constexpr = False):
+                    MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_DESC: tl.constexpr, DOT_F32: tl.constexpr):
     """Fold the key block at `start_n` into the running (acc, l_i, m_i) of one query block."""
     start_n = tl.multiple_of(start_n, BLOCK_N)
     # -- load K and V for this block (TMA: one instruction per tile, zero-filled past seq_k) ------
@@ -107,15 +106,14 @@ def _fold_key_block(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, off_b, off
         # see, or an unmasked block already ran, so m_i is finite before any all-masked row.
         return online_softmax_fold(acc, l_i, m_i, qk, keep, v, qk_scale, True, DOT_F32)
     else:
-        return online_softmax_fold(acc, l_i, m_i, qk, None, v, qk_scale, False, DOT_F32, LAZY)
+        return online_softmax_fold(acc, l_i, m_i, qk, None, v, qk_scale, False, DOT_F32)
 
 
 @triton.jit
 def _flash_attend_blocks(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, off_b, off_kvh, lo, hi, offs_m,
                          offs_d, stride_ks, stride_vs, seq_k, qk_scale,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                         MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_DESC: tl.constexpr, DOT_F32: tl.constexpr,
-                         LAZY: tl.constexpr = False):
+                         MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_DESC: tl.constexpr, DOT_F32: tl.constexpr):
     """Fold key blocks [lo, hi) into the running (acc, l_i, m_i) of one query block.
 
     MASKED=False is the hot loop: every key in range is valid for every query, so no comparisons
@@ -126,7 +124,7 @@ def _flash_attend_blocks(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, off_b
     for start_n in range(lo, hi, BLOCK_N):
         acc, l_i, m_i = _fold_key_block(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, off_b, off_kvh,
                                         start_n, offs_m, offs_d, stride_ks, stride_vs, seq_k, qk_scale,
-                                        BLOCK_M, BLOCK_N, HEAD_DIM, MASKED, CAUSAL, USE_DESC, DOT_F32, LAZY)
+                                        BLOCK_M, BLOCK_N, HEAD_DIM, MASKED, CAUSAL, USE_DESC, DOT_F32)
     return acc, l_i, m_i
 
 
@@ -138,8 +136,7 @@ def _flash_fwd_kernel(Q, K, V, O, LSE, Q_DESC, K_DESC, V_DESC,
                       stride_ob, stride_oh, stride_os,
                       n_q_heads, group, seq_q, seq_k, qk_scale, seq_bucket, bh_bucket,
                       HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      CAUSAL: tl.constexpr, USE_DESC: tl.constexpr, DOT_F32: tl.constexpr,
-                      LAZY_RESCALE: tl.constexpr = False):
+                      CAUSAL: tl.constexpr, USE_DESC: tl.constexpr, DOT_F32: tl.constexpr):
     # (seq_bucket and bh_bucket are not read here: they are the autotuner's keys; Q_DESC, K_DESC and
     # V_DESC are the host's 4-D descriptors when USE_DESC == HOST_DESC, unused placeholders otherwise)
     # -- which tile am I? -----------------------------------------------------------------------
@@ -193,7 +190,7 @@ def _flash_fwd_kernel(Q, K, V, O, LSE, Q_DESC, K_DESC, V_DESC,
 
     acc, l_i, m_i = _flash_attend_blocks(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, off_b, off_kvh,
                                          0, full_end, offs_m, offs_d, stride_ks, stride_vs, seq_k, qk_scale,
-                                         BLOCK_M, BLOCK_N, HEAD_DIM, False, CAUSAL, USE_DESC, DOT_F32, LAZY_RESCALE)
+                                         BLOCK_M, BLOCK_N, HEAD_DIM, False, CAUSAL, USE_DESC, DOT_F32)
     acc, l_i, m_i = _flash_attend_blocks(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, off_b, off_kvh,
                                          full_end, kv_end, offs_m, offs_d, stride_ks, stride_vs, seq_k, qk_scale,
                                          BLOCK_M, BLOCK_N, HEAD_DIM, True, CAUSAL, USE_DESC, DOT_F32)
@@ -226,9 +223,9 @@ _INTERPRETER_BLOCKS = (32, 32)   # one fixed config: autotuning the interpreter 
 # descriptors cost GPU time in every program (each builds its own). Measured: below 4096 keys the
 # launch is short enough that the host's cost shows, so device descriptors were faster there.
 HOST_DESCRIPTORS_FROM = 4096
-# The unmasked blocks rescale the running output only when a row's max grew by more than 2^8
-# (online_softmax_fold's LAZY): a knob until the H200 measures it (scripts/attn_tune.py --lazy).
-LAZY_RESCALE = False
+# Measured and not kept: rescaling the running output only when a row's max grew by more than 2^8
+# (FlashAttention-4's trick; here a branch for the whole program at every key block), 443 TFLOP/s
+# against 507 at the acceptance shape on the H200 (logs/attn-lazy-rescale-s10.json; commit 3d00d4f).
 
 
 def _prune_configs(configs, named_args, **kwargs):
@@ -359,8 +356,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
 
 
 def launch_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float | None,
-                   desc: int = POINTER, config: dict | None = None,
-                   lazy_rescale: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   desc: int = POINTER, config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One launch of the forward kernel with a loader (POINTER, DEVICE_DESC, HOST_DESC) chosen.
 
     config pins BLOCK_M, BLOCK_N, num_warps, num_stages (and optionally maxnreg) instead of
@@ -391,9 +387,8 @@ def launch_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal:
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
             n_q_heads, n_q_heads // k.shape[1], seq_q, seq_k, scale * LOG2E, *buckets)
-    lazy = LAZY_RESCALE if lazy_rescale is None else lazy_rescale
-    flags = dict(HEAD_DIM=head_dim, CAUSAL=causal, USE_DESC=desc, DOT_F32=interp, LAZY_RESCALE=lazy)
-    key = (*buckets, head_dim, causal, desc, q.dtype, q.device, lazy)
+    flags = dict(HEAD_DIM=head_dim, CAUSAL=causal, USE_DESC=desc, DOT_F32=interp)
+    key = (*buckets, head_dim, causal, desc, q.dtype, q.device)
     if config is None:
         config = _chosen.get(key)
     if config is not None:

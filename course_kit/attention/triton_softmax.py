@@ -50,7 +50,7 @@ def mma(a, b, acc, DOT_F32: tl.constexpr):
 
 @triton.jit
 def online_softmax_fold(acc, l_i, m_i, qk, keep, v, qk_scale,
-                        MASKED: tl.constexpr, DOT_F32: tl.constexpr, LAZY: tl.constexpr = False):
+                        MASKED: tl.constexpr, DOT_F32: tl.constexpr):
     """Fold one tile of keys into the running (acc, l_i, m_i) of a block of query rows.
 
     qk: raw scores q k^T [rows, keys] in float32; v: the tile's values [keys, D]; qk_scale: the
@@ -68,21 +68,6 @@ def online_softmax_fold(acc, l_i, m_i, qk, keep, v, qk_scale,
         qk = tl.where(keep, qk * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
         qk = qk - m_new[:, None]
-    elif LAZY:
-        # Rescale only when some row's max grew by more than 2^8 (a branch for the whole block):
-        # otherwise every row keeps its old reference max, its scores stay below 2^8, and acc, l
-        # and m stay consistent, so the final acc / l is the same softmax. Saves the rescale of acc
-        # (BLOCK_M x D multiplies) on most key blocks.
-        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        if tl.max(m_new - m_i, 0) > 8.0:
-            alpha = tl.math.exp2(m_i - m_new)
-            acc = acc * alpha[:, None]
-            l_i = l_i * alpha
-            m_i = m_new
-        p = tl.math.exp2(qk * qk_scale - m_i[:, None])
-        l_i = l_i + tl.sum(p, 1)
-        acc = mma(p.to(v.dtype), v, acc, DOT_F32)
-        return acc, l_i, m_i
     else:
         m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         qk = qk * qk_scale - m_new[:, None]          # one fused multiply-add per score
