@@ -52,19 +52,6 @@ def test_interpreter_random_shapes(seed):
     _check_against_float64(q, k, v, causal, dtype)
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_persistent_programs_walk_every_tile(causal, monkeypatch):
-    """PERSISTENT_PROGRAMS_PER_SM: a fixed set of programs (two under the interpreter) walks every
-    (query block, batch x head) tile, heaviest first; ragged lengths and GQA."""
-    monkeypatch.setattr(triton_flash, "PERSISTENT_PROGRAMS_PER_SM", 1)
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    g = torch.Generator().manual_seed(3)
-    q = torch.randn(2, 4, 77, 64, generator=g, dtype=torch.float64)
-    k, v = (torch.randn(2, 2, 77, 64, generator=g, dtype=torch.float64) for _ in range(2))
-    _check_against_float64(*(t.to(torch.bfloat16).to(dev) for t in (q, k, v)), causal, torch.bfloat16,
-                           block_m=32, block_n=32)
-
-
 @pytest.mark.parametrize("loader", ["pointer", "descriptor"])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_interpreter_both_loaders_head_dims_gqa_causal(loader, head_dim):

@@ -134,47 +134,20 @@ def _flash_fwd_kernel(Q, K, V, O, LSE, Q_DESC, K_DESC, V_DESC,
                       stride_kb, stride_kh, stride_ks,
                       stride_vb, stride_vh, stride_vs,
                       stride_ob, stride_oh, stride_os,
-                      n_q_heads, group, seq_q, seq_k, qk_scale, seq_bucket, bh_bucket, n_bh,
+                      n_q_heads, group, seq_q, seq_k, qk_scale, seq_bucket, bh_bucket,
                       HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      CAUSAL: tl.constexpr, USE_DESC: tl.constexpr, DOT_F32: tl.constexpr,
-                      PERSISTENT: tl.constexpr = False):
+                      CAUSAL: tl.constexpr, USE_DESC: tl.constexpr, DOT_F32: tl.constexpr):
     # (seq_bucket and bh_bucket are not read here: they are the autotuner's keys; Q_DESC, K_DESC and
     # V_DESC are the host's 4-D descriptors when USE_DESC == HOST_DESC, unused placeholders otherwise)
     # -- which tile am I? -----------------------------------------------------------------------
     # Under a causal mask, query block i does i+1 blocks of work. Launching the last (heaviest)
     # blocks first lets the light ones fill the gaps at the end instead of leaving a long tail.
-    if PERSISTENT:
-        # a fixed set of programs walks the tiles, heaviest query blocks first, in turn
-        n_m = tl.cdiv(seq_q, BLOCK_M)
-        for tile in range(tl.program_id(0), n_m * n_bh, tl.num_programs(0)):
-            i = tile // n_bh
-            start_m = n_m - 1 - i if CAUSAL else i
-            _flash_fwd_tile(Q, K, V, O, LSE, Q_DESC, K_DESC, V_DESC, start_m, tile % n_bh,
-                            stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
-                            stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os,
-                            n_q_heads, group, seq_q, seq_k, qk_scale,
-                            HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, USE_DESC, DOT_F32)
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        start_m = tl.num_programs(0) - 1 - pid_m
     else:
-        pid_m = tl.program_id(0)
-        if CAUSAL:
-            start_m = tl.num_programs(0) - 1 - pid_m
-        else:
-            start_m = pid_m
-        _flash_fwd_tile(Q, K, V, O, LSE, Q_DESC, K_DESC, V_DESC, start_m, tl.program_id(1),
-                        stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
-                        stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os,
-                        n_q_heads, group, seq_q, seq_k, qk_scale,
-                        HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, USE_DESC, DOT_F32)
-
-
-@triton.jit
-def _flash_fwd_tile(Q, K, V, O, LSE, Q_DESC, K_DESC, V_DESC, start_m, off_bh,
-                    stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
-                    stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os,
-                    n_q_heads, group, seq_q, seq_k, qk_scale,
-                    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    CAUSAL: tl.constexpr, USE_DESC: tl.constexpr, DOT_F32: tl.constexpr):
-    """Query block `start_m` of batch x head `off_bh`: its output rows and their log-sum-exp."""
+        start_m = pid_m
+    off_bh = tl.program_id(1)
     off_b = off_bh // n_q_heads
     off_h = off_bh % n_q_heads
     off_kvh = off_h // group                  # GQA: `group` query heads share one K/V head
@@ -250,12 +223,12 @@ _INTERPRETER_BLOCKS = (32, 32)   # one fixed config: autotuning the interpreter 
 # descriptors cost GPU time in every program (each builds its own). Measured: below 4096 keys the
 # launch is short enough that the host's cost shows, so device descriptors were faster there.
 HOST_DESCRIPTORS_FROM = 4096
-# Persistent scheduling (a knob until the H200 measures it): launches with a pinned config run
-# this many programs an SM, each walking the (query block, batch x head) tiles, heaviest first.
-PERSISTENT_PROGRAMS_PER_SM = 0
 # Measured and not kept: rescaling the running output only when a row's max grew by more than 2^8
 # (FlashAttention-4's trick; here a branch for the whole program at every key block), 443 TFLOP/s
 # against 507 at the acceptance shape on the H200 (logs/attn-lazy-rescale-s10.json; commit 3d00d4f).
+# Also not kept: persistent scheduling (a fixed set of programs walking the tiles, heaviest first),
+# slower at every shape but one, where it tied: at the acceptance shape 449 TFLOP/s with two
+# programs an SM against 497 launched a program per tile (logs/attn-persistent-s10.json; 3cd5360).
 
 
 def _prune_configs(configs, named_args, **kwargs):
@@ -386,8 +359,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
 
 
 def launch_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float | None,
-                   desc: int = POINTER, config: dict | None = None,
-                   persistent: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   desc: int = POINTER, config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One launch of the forward kernel with a loader (POINTER, DEVICE_DESC, HOST_DESC) chosen.
 
     config pins BLOCK_M, BLOCK_N, num_warps, num_stages (and optionally maxnreg) instead of
@@ -417,7 +389,7 @@ def launch_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal:
     args = (q, k, v, out, lse, *descs,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
-            n_q_heads, n_q_heads // k.shape[1], seq_q, seq_k, scale * LOG2E, *buckets, batch * n_q_heads)
+            n_q_heads, n_q_heads // k.shape[1], seq_q, seq_k, scale * LOG2E, *buckets)
     flags = dict(HEAD_DIM=head_dim, CAUSAL=causal, USE_DESC=desc, DOT_F32=interp)
     key = (*buckets, head_dim, causal, desc, q.dtype, q.device)
     if config is None:
@@ -427,11 +399,6 @@ def launch_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal:
         _set_host_blocks({"Q_DESC": descs[0], "K_DESC": descs[1], "V_DESC": descs[2], "HEAD_DIM": head_dim, **blocks})
         launch = {name: config[name] for name in ("num_warps", "num_stages", "maxnreg") if config.get(name)}
         grid = (triton.cdiv(seq_q, config["BLOCK_M"]), batch * n_q_heads)
-        per_sm = PERSISTENT_PROGRAMS_PER_SM if persistent is None else persistent
-        if per_sm:   # a fixed set of programs walks the tiles (the interpreter: two programs)
-            sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 2 // per_sm
-            grid = (min(grid[0] * grid[1], per_sm * sms),)
-            flags["PERSISTENT"] = True
         _flash_fwd_kernel[grid](*args, **flags, **blocks, **launch)
     else:
         grid = lambda meta: (triton.cdiv(seq_q, meta["BLOCK_M"]), batch * n_q_heads)  # noqa: E731

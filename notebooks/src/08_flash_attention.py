@@ -350,7 +350,7 @@ else:
 
 # %%
 if ok_triton:
-    show_lines(triton_flash._flash_fwd_tile.fn, "# -- split the keys", "mask=offs_m[:, None] < seq_q)")
+    show_lines(triton_flash._flash_fwd_kernel.fn, "# -- split the keys", "mask=offs_m[:, None] < seq_q)")
 else:
     print(f"Skipped (Triton cannot run here): {why_triton}")
 
