@@ -545,7 +545,19 @@ display_fig
 # and dropped: Triton's automatic warp specialisation (`tl.range(..., warp_specialize=True)`),
 # which changed nothing with 8 warps and did not compile with 4, and issuing the next block's
 # scores before this block's softmax by hand, which was slower. Their measurements are kept in
-# `data/reference/h200/logs/attn-tune-*-s6.json`.
+# `data/reference/h200/logs/attn-tune-*-s6.json`. Two later tries were slower too and dropped:
+# rescaling the running output only when a row's maximum grows a lot (FlashAttention-4's trick: the
+# block-wide branch cost more than the multiplies it saved), and persistent programs that walk the
+# tiles (`logs/attn-lazy-rescale-s10.json`, `logs/attn-persistent-s10.json`).
+#
+# What cuDNN does that this kernel does not, seen with Nsight Compute on the H200
+# (`logs/ncu-attention-fwd-s10.txt`, made by `scripts/ncu_attention.py`): cuDNN runs one persistent
+# program per SM made of three warpgroups. One only loads tiles; the other two compute, and they take
+# turns, so one's softmax runs while the other's matrix products keep the tensor cores busy
+# (FlashAttention-3's "ping-pong"). Here two 4-warp programs share an SM and the turns are left to the
+# warp schedulers. The profile also shows this kernel moving much more data through L2 than cuDNN's:
+# each of its 64-row programs loads every K/V tile it needs on its own. Writing cuDNN's structure by
+# hand is what Triton's lower-level dialect, Gluon, is for.
 
 # %%
 steps_record = own if DEVICE == "cuda" and own.get("steps") else ref
