@@ -550,14 +550,14 @@ display_fig
 # block-wide branch cost more than the multiplies it saved), and persistent programs that walk the
 # tiles (`logs/attn-lazy-rescale-s10.json`, `logs/attn-persistent-s10.json`).
 #
-# What cuDNN does that this kernel does not, seen with Nsight Compute on the H200
-# (`logs/ncu-attention-fwd-s10.txt`, made by `scripts/ncu_attention.py`): cuDNN runs one persistent
-# program per SM made of three warpgroups. One only loads tiles; the other two compute, and they take
-# turns, so one's softmax runs while the other's matrix products keep the tensor cores busy
-# (FlashAttention-3's "ping-pong"). Here two 4-warp programs share an SM and the turns are left to the
-# warp schedulers. The profile also shows this kernel moving much more data through L2 than cuDNN's:
-# each of its 64-row programs loads every K/V tile it needs on its own. Writing cuDNN's structure by
-# hand is what Triton's lower-level dialect, Gluon, is for.
+# What Nsight Compute shows of cuDNN's kernel on the H200 (`logs/ncu-attention-fwd-s10.txt`, made by
+# `scripts/ncu_attention.py`): one persistent program per SM of three warpgroups (384 threads), where
+# this kernel runs two 4-warp programs per SM, and much less data through L2. Three warpgroups is
+# FlashAttention-3's layout: one only loads tiles, the other two compute and take turns
+# ("ping-pong"), so that one's softmax runs while the other's matrix products keep the tensor cores
+# busy. Here the turns are left to the warp schedulers, and each 64-row program loads every K/V tile
+# it needs on its own. Writing that structure by hand is what Triton's lower-level dialect, Gluon,
+# is for.
 
 # %%
 steps_record = own if DEVICE == "cuda" and own.get("steps") else ref
