@@ -1,0 +1,102 @@
+"""The Gluon flash-attention forward (gluon_flash.py): compiled for sm_90 on any machine, checked
+against float64 on a Hopper GPU, and the fallback to the Triton kernel everywhere else.
+
+Gluon has no CPU interpreter, so on a CPU the kernel is compiled, not run: Triton's own ptxas
+builds the sm_90 binary, and the test reads the compiler's account of it (the Hopper instructions
+that carry the kernel's structure, and that it fits in shared memory).
+"""
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from course_kit.attention import reference_attention  # noqa: E402  (sets TRITON_INTERPRET first)
+from course_kit.attention import gluon_flash  # noqa: E402
+
+needs_gluon = pytest.mark.skipif(not gluon_flash.HAS_GLUON, reason="this Triton has no Gluon (Triton >= 3.5)")
+HOPPER_SHARED_BYTES = 232448        # the most shared memory one program may have on an H100/H200 (227 KB)
+TOL = {torch.bfloat16: 3e-2, torch.float16: 5e-3}
+
+
+@needs_gluon
+@pytest.mark.parametrize("head_dim,causal,pingpong,q_buffers", [(128, True, True, 2), (64, False, False, 1)])
+def test_the_kernel_compiles_for_hopper_with_its_three_roles(head_dim, causal, pingpong, q_buffers):
+    got = gluon_flash.compile_for_hopper(head_dim, causal, pingpong, q_buffers)
+    counts = got["ptx_counts"]
+    assert got["threads"] == 384, got                 # a loading warp (padded to a warpgroup) + two of 4 warps
+    assert got["shared_bytes"] <= HOPPER_SHARED_BYTES, got
+    assert counts["setmaxnreg"] > 0, got              # registers handed from the loader to the computing roles
+    assert counts["cp.async.bulk.tensor"] > 0, got    # TMA
+    assert counts["wgmma.mma_async"] > 0, got         # Hopper's tensor-core instruction
+    assert counts["mbarrier.try_wait"] > 0, got       # the roles meet only at barriers
+
+
+@needs_gluon
+def test_pingpong_adds_the_turn_barriers_and_nothing_else():
+    plain, turns = (gluon_flash.compile_for_hopper(128, True, pp, 2) for pp in (False, True))
+    assert turns["ptx_counts"]["mbarrier.try_wait"] > plain["ptx_counts"]["mbarrier.try_wait"]
+    # two 8-byte barriers and their alignment, no tile: a K/V or Q tile alone is 16-32 KB
+    assert turns["shared_bytes"] - plain["shared_bytes"] <= 128
+
+
+def test_usable_says_why_not_here_and_errors_name_the_bad_value():
+    q = torch.randn(1, 2, 128, 64, dtype=torch.bfloat16)
+    usable, why = gluon_flash.gluon_usable(q, q, q)
+    if not torch.cuda.is_available():
+        assert not usable and ("sm_90" in why or "Gluon" in why)
+        with pytest.raises(ValueError, match="cannot run here"):
+            gluon_flash.gluon_flash_attention(q, q, q)
+    with pytest.raises(ValueError, match="head_dim must be one of"):
+        gluon_flash.compile_for_hopper(head_dim=96)
+    with pytest.raises(ValueError, match="q_buffers must be 1 or 2"):
+        gluon_flash.compile_for_hopper(q_buffers=3)
+
+
+def test_attention_falls_back_to_the_triton_kernel_where_gluon_cannot_run():
+    # on a CPU (the interpreter) and, on a GPU, for a ragged length the Gluon kernel does not take
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 77, 64, generator=g).to(torch.bfloat16).to(device) for _ in range(3))
+    assert not gluon_flash.gluon_usable(q, k, v)[0]
+    out = gluon_flash.attention(q, k, v, causal=True)
+    err = (out.double().cpu() - reference_attention(q, k, v, causal=True)).abs().max().item()
+    assert err <= TOL[torch.bfloat16], err
+
+
+def _check(b, hq, hkv, s, d, dtype, causal, **kw):
+    g = torch.Generator(device="cuda").manual_seed(b * 1000 + s + d)
+    q = torch.randn(b, hq, s, d, generator=g, device="cuda", dtype=dtype)
+    k, v = (torch.randn(b, hkv, s, d, generator=g, device="cuda", dtype=dtype) for _ in range(2))
+    out, lse = gluon_flash.gluon_flash_attention(q, k, v, causal=causal, **kw)
+    ref = reference_attention(q, k, v, causal=causal)
+    err = (out.double().cpu() - ref).abs().max().item()
+    assert err <= TOL[dtype], (err, kw)
+    # the log-sum-exp a backward pass needs, against float64's
+    scores = torch.einsum("bhqd,bhkd->bhqk", q.double(), k.double().repeat_interleave(hq // hkv, 1)) / math.sqrt(d)
+    if causal:
+        scores = scores.masked_fill(torch.ones(s, s, device="cuda", dtype=torch.bool).triu(1), -math.inf)
+    assert (lse.double() - torch.logsumexp(scores, -1)).abs().max().item() < 1e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1, 2, 2, 128, 64), (2, 4, 4, 384, 128), (1, 8, 2, 512, 128), (2, 16, 16, 1024, 128),
+                                   (1, 32, 8, 2048, 64)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_gluon_forward_against_float64(shape, dtype, causal):
+    if not gluon_flash.gluon_usable(torch.empty(1, 1, 128, 64, device="cuda", dtype=dtype),
+                                    *[torch.empty(1, 1, 128, 64, device="cuda", dtype=dtype)] * 2)[0]:
+        pytest.skip("the Gluon kernel needs an sm_90 GPU and a Triton with Gluon")
+    _check(*shape, dtype, causal)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pingpong", [False, True])
+@pytest.mark.parametrize("q_buffers", [1, 2])
+@pytest.mark.parametrize("programs", [1, 7, 1 << 30])      # one program walks all items, a few do, one an item
+def test_gpu_every_schedule_gives_the_same_answer(pingpong, q_buffers, programs):
+    if not gluon_flash.gluon_usable(*[torch.empty(1, 1, 128, 64, device="cuda", dtype=torch.bfloat16)] * 3)[0]:
+        pytest.skip("the Gluon kernel needs an sm_90 GPU and a Triton with Gluon")
+    _check(2, 4, 2, 640, 128, torch.bfloat16, True, pingpong=pingpong, q_buffers=q_buffers, programs=programs)
