@@ -34,7 +34,8 @@ SIZES = {
     "smoke": {"batch": 1, "heads": 2, "seq_lens": [128, 256, 512], "d64_seq_lens": [], "noncausal_seq_lens": [],
               "naive_max": 512, "tiled_max": 512, "repeat": 2},
 }
-SLOW = ("naive", "tiled (PyTorch)", "sdpa math")     # fewer repeats: S^2 memory traffic or Python loops
+SLOW = ("naive", "tiled (PyTorch)", "sdpa math")
+GLUON = "triton (Gluon, warp-specialised)"      # gluon_flash.py: Hopper only     # fewer repeats: S^2 memory traffic or Python loops
 GRAPH_CALLS = 10     # forward calls per captured CUDA graph, when timing without the host
 # largest |error| against float64 (or SDPA) a variant may show: outputs are O(1), each rounding in
 # bf16 keeps 8 significant bits, in fp16 11
@@ -57,6 +58,11 @@ def variants(dev: torch.device, dtype: torch.dtype) -> dict[str, Callable]:
             q = torch.empty(1, 1, 16, 64, device=dev, dtype=dtype)
             if triton_flash.descriptor_usable(q, q, q)[0]:
                 out["triton (TMA)"] = triton_fn("descriptor")
+            from ..attention import gluon_flash
+            q = torch.empty(1, 1, gluon_flash.BLOCK_M, 64, device=dev, dtype=dtype)
+            if gluon_flash.gluon_usable(q, q, q)[0]:
+                # the Gluon kernel where it takes the shape, the Triton one (TMA) elsewhere
+                out[GLUON] = lambda q, k, v, c: gluon_flash.attention(q, k, v, causal=c)
     except ImportError:
         pass
     cap = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
@@ -88,7 +94,9 @@ def _inputs(b: int, hq: int, hkv: int, s: int, d: int, dtype: torch.dtype, dev: 
 
 def check_all(fns: dict[str, Callable], dev: torch.device, dtype: torch.dtype, small: bool) -> dict[str, dict]:
     """Max |error| of every variant against float64 on ragged GQA shapes, causal and not."""
-    shapes = [(1, 4, 2, 77, 64), (2, 4, 4, 200, 128)] if small else [(1, 8, 2, 1000, 128), (2, 4, 4, 333, 64)]
+    # ragged lengths, and on a GPU also whole 128-row blocks (what the Gluon kernel takes)
+    shapes = [(1, 4, 2, 77, 64), (2, 4, 4, 200, 128)] if small else [(1, 8, 2, 1000, 128), (2, 4, 4, 333, 64),
+                                                                     (1, 8, 2, 1024, 128), (2, 4, 4, 384, 64)]
     tol = TOLERANCE[dtype]
     report: dict[str, dict] = {}
     for i, (b, hq, hkv, s, d) in enumerate(shapes):
@@ -238,10 +246,14 @@ def summarise(results: list[dict], checks: dict, acceptance: dict) -> dict:
         summary["meets_flash_target"] = summary.get("triton_over_flash", 0) >= 1.0
         summary["meets_cudnn_target"] = summary.get("triton_over_cudnn", 0) >= CUDNN_TARGET
         try:
-            from ..attention import triton_flash
-            summary["triton_config"] = triton_flash.chosen_config(
-                True, acceptance["head_dim"], "descriptor" if best == "triton (TMA)" else "pointer",
-                acceptance["seq_len"], acceptance["batch"] * acceptance["heads"])
+            from ..attention import gluon_flash, triton_flash
+            if best == GLUON:
+                summary["triton_config"] = {"kernel": "gluon_flash", "programs": gluon_flash.chosen_programs(
+                    acceptance["seq_len"], acceptance["batch"] * acceptance["heads"], acceptance["head_dim"], True)}
+            else:
+                summary["triton_config"] = triton_flash.chosen_config(
+                    True, acceptance["head_dim"], "descriptor" if best == "triton (TMA)" else "pointer",
+                    acceptance["seq_len"], acceptance["batch"] * acceptance["heads"])
             summary["descriptor_fallback"] = triton_flash._descriptor_failed
         except ImportError:
             pass
@@ -301,22 +313,50 @@ STEPS = [
 ]
 
 
+# Then the same forward in Gluon (attention/gluon_flash.py), one change at a time: (name, options of
+# gluon_flash_attention); programs "sm" is one program an SM, None one program a work item.
+GLUON_STEPS = [
+    ("Gluon: a loading warp and two computing warpgroups sharing 128 x 128 K/V tiles, a program an item",
+     {"pingpong": False, "q_buffers": 1, "programs": None}),
+    ("the same as one persistent program an SM walking the items", {"pingpong": False, "q_buffers": 1, "programs": "sm"}),
+    ("the two computing warpgroups take turns at the tensor cores (ping-pong)",
+     {"pingpong": True, "q_buffers": 1, "programs": "sm"}),
+    ("the next item's Q loaded while this one computes (two Q buffers)",
+     {"pingpong": True, "q_buffers": 2, "programs": "sm"}),
+]
+
+
+def _step_fns(dev: torch.device, causal: bool) -> list[tuple[dict, Callable]]:
+    """(row, fn(q, k, v)) for every step of STEPS, then of GLUON_STEPS where that kernel runs."""
+    from ..attention import gluon_flash, triton_flash as tf
+    steps = []
+    for name, loader, bm, bn, warps, stages in STEPS:
+        desc = {"pointer": tf.POINTER, "device": tf.DEVICE_DESC, "host": tf.HOST_DESC}[loader]
+        config = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
+        steps.append(({"step": name, "loader": loader, **config},
+                      lambda q, k, v, desc=desc, config=config:
+                      tf.launch_forward(q, k, v, causal=causal, scale=None, desc=desc, config=config)[0]))
+    probe = torch.empty(1, 1, gluon_flash.BLOCK_M, 64, device=dev, dtype=torch.bfloat16)
+    if gluon_flash.gluon_usable(probe, probe, probe)[0]:
+        sms = torch.cuda.get_device_properties(dev).multi_processor_count
+        for name, options in GLUON_STEPS:
+            options = {**options, "programs": {"sm": sms, None: 1 << 30}[options["programs"]]}
+            steps.append(({"step": name, "kernel": "gluon", **options},
+                          lambda q, k, v, options=options:
+                          gluon_flash.gluon_flash_attention(q, k, v, causal=causal, **options)[0]))
+    return steps
+
+
 def forward_steps(dev: torch.device, dtype: torch.dtype, shape: dict, repeat: int) -> list[dict]:
-    """STEPS timed on the same inputs, each checked against SDPA first (Hopper with TMA only)."""
-    from ..attention import triton_flash as tf
+    """STEPS (and GLUON_STEPS) timed on the same inputs, each checked against SDPA first (Hopper
+    with TMA only)."""
     b, h, s, d, causal = shape["batch"], shape["heads"], shape["seq_len"], shape["head_dim"], shape["causal"]
     sets = [_inputs(b, h, h, s, d, dtype, dev, seed=40 + i) for i in range(2)]
     ref = sdpa_backends.sdpa(*sets[0], causal=causal)
     flops = naive.attention_flops(b, h, s, s, d, causal=causal)
     tolerance = TOLERANCE[dtype]
     rows = []
-    for name, loader, bm, bn, warps, stages in STEPS:
-        desc = {"pointer": tf.POINTER, "device": tf.DEVICE_DESC, "host": tf.HOST_DESC}[loader]
-        config = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
-
-        def fn(q, k, v, desc=desc, config=config):
-            return tf.launch_forward(q, k, v, causal=causal, scale=None, desc=desc, config=config)[0]
-        row = {"step": name, "loader": loader, **config}
+    for row, fn in _step_fns(dev, causal):
         try:
             row["max_abs_err"] = (fn(*sets[0]) - ref).abs().max().item()
             if not row["max_abs_err"] <= tolerance:     # a wrong step is not timed

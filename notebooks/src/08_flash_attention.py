@@ -52,8 +52,8 @@ import torch.nn.functional as F
 from IPython.display import HTML, Code, display
 
 from course_kit import attention, bench, notebook, roofline, widgets
-from course_kit.attention import (availability, explain, io_complexity, naive, online_softmax, sdpa_backends,
-                                  tiled)
+from course_kit.attention import (availability, explain, gluon_flash, io_complexity, naive, online_softmax,
+                                  sdpa_backends, tiled)
 from course_kit.benchmarks import attention as attention_bench
 from course_kit.notebook import md, show_source
 from course_kit.plots import attention as aplots
@@ -555,9 +555,52 @@ display_fig
 # this kernel runs two 4-warp programs per SM, and much less data through L2. Three warpgroups is
 # FlashAttention-3's layout: one only loads tiles, the other two compute and take turns
 # ("ping-pong"), so that one's softmax runs while the other's matrix products keep the tensor cores
-# busy. Here the turns are left to the warp schedulers, and each 64-row program loads every K/V tile
-# it needs on its own. Writing that structure by hand is what Triton's lower-level dialect, Gluon,
-# is for.
+# busy. In Triton's block language the turns are left to the warp schedulers, and each 64-row
+# program loads every K/V tile it needs on its own.
+#
+# ### The same forward in Gluon: warp specialisation written by hand
+#
+# Gluon is Triton's lower-level language: the programmer, not the compiler, says which warps do
+# what, where each tile lives, and who waits for whom. `course_kit/attention/gluon_flash.py` uses
+# it to give the forward FlashAttention-3's shape. One program of 384 threads owns 128 query rows
+# of one head at a time:
+# - a **loading warp** (`_load`) brings Q, then each K and V tile, into shared memory with TMA. The
+#   tiles go round a ring of stages. Each stage has two barriers: *ready* (the bytes arrived) and
+#   *empty* (both computing warpgroups are done with it). The loader runs ahead as far as the ring
+#   allows, and no one waits on a barrier for the whole program;
+# - **two computing warpgroups** (`_attend`) take 64 rows each and share every K/V tile: `S = QKᵀ`
+#   and `O += PV` on the tensor cores (`warpgroup_mma`, Hopper's wgmma), the online softmax between;
+# - they **take turns at the tensor cores** (ping-pong): a warpgroup issues its two products only
+#   in its turn, passes the turn on, and runs its softmax while the other's products run;
+# - the loading warp hands most of its registers to the computing ones (`setmaxnreg`), and the
+#   program is either **persistent** (one an SM, walking the work items) or one per item, as the
+#   first call at a shape measures faster.
+#
+# The steps below continue past the Triton kernel's with this one, one change at a time.
+
+# %%
+if gluon_flash.HAS_GLUON:
+    show_source(gluon_flash._attend.fn, span="if PINGPONG:", head=34)
+else:
+    print("This Triton has no Gluon (it arrived with Triton 3.5), so its source is not shown here.")
+
+# %% [markdown]
+# Gluon has no CPU interpreter, so off a Hopper GPU the kernel cannot run. It can still be
+# *compiled* for one, on any machine: Triton ships NVIDIA's assembler. The compiler's account of
+# the binary shows the structure above in instructions.
+
+# %%
+try:
+    built = gluon_flash.compile_for_hopper(head_dim=128, causal=True)
+except Exception as exc:  # noqa: BLE001 - no Gluon, or no NVIDIA backend in this Triton
+    built = None
+    print(f"Not compiled here: {type(exc).__name__}: {str(exc)[-300:]}")
+if built:
+    md(f"Compiled here for sm_90 by Triton {built['triton']}: **{built['threads']} threads** a program "
+       f"(a warpgroup for loading, two for computing), **{built['shared_bytes'] / 1024:.0f} KiB** of shared "
+       "memory (two Q buffers, the output, two K/V stages), and in its PTX "
+       + ", ".join(f"{n} {what} (`{ins}`)" for ins, what in gluon_flash.HOPPER_PTX.items()
+                   for n in [built["ptx_counts"][ins]]) + ".")
 
 # %%
 steps_record = own if DEVICE == "cuda" and own.get("steps") else ref
