@@ -352,3 +352,12 @@ def test_explain_steps_both_ways():
     assert "Not timed here: warp-specialised" in text
     assert "The best step (host TMA) runs 1.60x faster than SDPA flash and 1.25x slower than cuDNN" in text
     assert "need a Hopper" in explain.explain_steps([{"step": "x", "error": "no TMA"}], {})
+
+
+def test_explain_steps_starts_a_new_kernel_from_the_old_one_at_its_best():
+    steps = [{"step": "64-row programs", "tflops": 500.0}, {"step": "fewer stages", "tflops": 390.0},
+             {"step": "Gluon", "kernel": "gluon", "tflops": 525.0}, {"step": "ping-pong", "kernel": "gluon", "tflops": 550.0}]
+    text = explain.explain_steps(steps, {})
+    # against the 500 of the best Triton step, not the 390 of the try listed just before it
+    assert "**Gluon**: 525 TFLOP/s, 1.05x faster than the fastest step before it (64-row programs)" in text, text
+    assert "**ping-pong**: 550 TFLOP/s" in text and "the step before" in text.split("**ping-pong**")[1]

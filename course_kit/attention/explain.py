@@ -243,9 +243,15 @@ def explain_steps(steps: Sequence[Mapping], peers: Mapping[str, float | None]) -
     if not timed:
         return "No step of the forward was timed (they need a Hopper GPU with TMA)."
     parts = [f"**{timed[0]['step']}**: {timed[0]['tflops']:.0f} TFLOP/s"]
-    for before, step in zip(timed, timed[1:]):
+    for i, (previous, step) in enumerate(zip(timed, timed[1:])):
+        before, what = previous, "the step before"
+        if step.get("kernel") != previous.get("kernel"):
+            # a new kernel starts from the old one at its best, not from its last try
+            before = max((s for s in timed[:i + 1] if s.get("kernel") == previous.get("kernel")),
+                         key=lambda s: s["tflops"])
+            what = f"the fastest step before it ({before['step']})"
         parts.append(f"**{step['step']}**: {step['tflops']:.0f} TFLOP/s, "
-                     f"{narrate.rate(step['tflops'], before['tflops'])} the step before")
+                     f"{narrate.rate(step['tflops'], before['tflops'])} {what}")
     text = "; ".join(parts) + "."
     failed = [s["step"] for s in steps if not s.get("tflops")]
     if failed:

@@ -248,7 +248,8 @@ def summarise(results: list[dict], checks: dict, acceptance: dict) -> dict:
         try:
             from ..attention import gluon_flash, triton_flash
             if best == GLUON:
-                summary["triton_config"] = {"kernel": "gluon_flash", "programs": gluon_flash.chosen_programs(
+                summary["triton_config"] = {"kernel": "gluon_flash", "BLOCK_M": gluon_flash.BLOCK_M,
+                                            "BLOCK_N": gluon_flash.BLOCK_N, "programs": gluon_flash.chosen_programs(
                     acceptance["seq_len"], acceptance["batch"] * acceptance["heads"], acceptance["head_dim"], True)}
             else:
                 summary["triton_config"] = triton_flash.chosen_config(

@@ -297,6 +297,8 @@ if ref and roof:
     cap = divmod(int(sm), 10) if sm.isdigit() else None          # "sm_90" -> (9, 0)
     ref_sram = io_complexity.sram_bytes_for(cap) or sram_bytes
     cfg = ref["summary"].get("triton_config") or {"BLOCK_M": 128, "BLOCK_N": 128}
+    if cfg.get("kernel") == "gluon_flash":       # the Gluon kernel's tiles are fixed in gluon_flash.py
+        cfg = {**cfg, "BLOCK_M": gluon_flash.BLOCK_M, "BLOCK_N": gluon_flash.BLOCK_N}
     n, d, bh = shape["seq_len"], shape["head_dim"], shape["batch"] * shape["heads"]
     counted = {"naive": io_complexity.standard_accesses(n, d, causal=True),
                # bench attention runs the PyTorch loop with 256 x 256 tiles on a GPU
