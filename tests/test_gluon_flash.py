@@ -100,3 +100,19 @@ def test_gpu_every_schedule_gives_the_same_answer(pingpong, q_buffers, programs)
     if not gluon_flash.gluon_usable(*[torch.empty(1, 1, 128, 64, device="cuda", dtype=torch.bfloat16)] * 3)[0]:
         pytest.skip("the Gluon kernel needs an sm_90 GPU and a Triton with Gluon")
     _check(2, 4, 2, 640, 128, torch.bfloat16, True, pingpong=pingpong, q_buffers=q_buffers, programs=programs)
+
+
+def test_attention_falls_back_for_good_when_the_gluon_kernel_fails(monkeypatch):
+    # a Gluon older than the kernel fails to compile: `attention` says why and uses the Triton kernel
+    def broken(*args, **kwargs):
+        raise RuntimeError("this Gluon has no warp_specialize of that shape")
+    monkeypatch.setattr(gluon_flash, "gluon_usable", lambda q, k, v: (True, "ok"))
+    monkeypatch.setattr(gluon_flash, "gluon_flash_attention", broken)
+    monkeypatch.setattr(gluon_flash, "gluon_failed", None)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    q = torch.randn(1, 2, 64, 32).to(torch.float16).to(device)
+    out = gluon_flash.attention(q, q, q, causal=True)
+    assert "warp_specialize" in gluon_flash.gluon_failed
+    assert (out.double().cpu() - reference_attention(q, q, q, causal=True)).abs().max().item() <= TOL[torch.float16]
+    with pytest.raises(ValueError, match="scale must be > 0"):     # a bad argument is still refused
+        gluon_flash.attention(q, q, q, scale=-1.0)

@@ -52,7 +52,7 @@ try:   # Gluon arrived with Triton 3.5; older Tritons (Colab's) simply do not ge
     # async_copy_global_to_shared / async_copy_shared_to_global, later ones async_load / async_store.
     _tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
     _tma_store = tma.async_store if hasattr(tma, "async_store") else tma.async_copy_shared_to_global
-except ImportError:   # pragma: no cover - depends on the installed Triton
+except (ImportError, AttributeError):   # pragma: no cover - a Triton without Gluon, or an early Gluon
     HAS_GLUON = False
 
 from .triton_softmax import LOG2E  # noqa: E402
@@ -384,10 +384,19 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
               scale: float | None = None) -> torch.Tensor:
     """The course's fastest forward for these tensors: this kernel where `gluon_usable` allows,
     else triton_flash.flash_attention (which also runs on CPUs through the interpreter)."""
-    if gluon_usable(q, k, v)[0]:
-        return gluon_flash_attention(q, k, v, causal=causal, scale=scale)[0]
+    global gluon_failed
+    if gluon_failed is None and gluon_usable(q, k, v)[0]:
+        try:
+            return gluon_flash_attention(q, k, v, causal=causal, scale=scale)[0]
+        except ValueError:        # a bad argument, which the Triton kernel would refuse too
+            raise
+        except Exception as exc:  # noqa: BLE001 - e.g. a Gluon older than this kernel: fall back for good
+            gluon_failed = f"{type(exc).__name__}: {exc}"[:300]
     from .triton_flash import flash_attention
     return flash_attention(q, k, v, causal=causal, scale=scale)
+
+
+gluon_failed: str | None = None   # why `attention` stopped trying this kernel, if it did
 
 
 # PTX instructions that show the kernel's Hopper structure, counted by `compile_for_hopper`

@@ -256,6 +256,7 @@ def summarise(results: list[dict], checks: dict, acceptance: dict) -> dict:
                     True, acceptance["head_dim"], "descriptor" if best == "triton (TMA)" else "pointer",
                     acceptance["seq_len"], acceptance["batch"] * acceptance["heads"])
             summary["descriptor_fallback"] = triton_flash._descriptor_failed
+            summary["gluon_fallback"] = gluon_flash.gluon_failed
         except ImportError:
             pass
     summary.update(sweep_against_flash(results))
