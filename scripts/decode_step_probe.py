@@ -35,7 +35,7 @@ from course_kit.benchmarks.cuda_graphs import (SIZES, agreement, keys_attended, 
                                                time_steps, triton_fp32_vs_hf)
 from course_kit.benchmarks.model import weight_bytes
 from course_kit.attention.paged_triton import paged_decode_triton
-from course_kit.decode_kernels import gemv as G
+from course_kit.decode_kernels import constants, gemv as G
 from course_kit.decode_kernels import step as S
 from course_kit.models import llama
 
@@ -123,21 +123,17 @@ def step_rows(preset: str, copy_gbs: float, variants) -> list[dict]:
 def step_row(model, prompts, check, want, read, copy_gbs, preset, name, kw, pdl) -> dict:
     cfg = model.config
     t0 = time.perf_counter()
-    knobs = kw.pop("knobs", {})
-    modules = (G, S)          # a knob is a module constant of gemv or step
-    saved = [(m, k, getattr(m, k)) for k in knobs for m in modules if hasattr(m, k)]
-    for m, k, _ in saved:
-        setattr(m, k, knobs[k])
-    if "splits" in knobs:   # attention's context slices (default: decode_splits' rule)
-        S.paged_decode_triton = functools.partial(paged_decode_triton, splits=knobs["splits"])
+    knobs = dict(kw.pop("knobs", {}))
+    splits = knobs.pop("splits", None)
+    if splits is not None:   # attention's context slices (default: decode_splits' rule)
+        S.paged_decode_triton = functools.partial(paged_decode_triton, splits=splits)
     try:
-        runner = cuda_graphs.DecodeGraphRunner(model, 1, 512, sizes=[1], verbose=False, **kw)
-        if pdl is not None:
-            runner.decode.pdl = pdl
-            runner.capture_all()
+        with constants(knobs, G, S):      # a knob is a module constant of gemv or step
+            runner = cuda_graphs.DecodeGraphRunner(model, 1, 512, sizes=[1], verbose=False, **kw)
+            if pdl is not None:
+                runner.decode.pdl = pdl
+                runner.capture_all()
     finally:
-        for m, k, v in saved:
-            setattr(m, k, v)
         S.paged_decode_triton = paged_decode_triton
     build_s = time.perf_counter() - t0
     got = runner.generate(check, 32)

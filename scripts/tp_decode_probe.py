@@ -30,7 +30,7 @@ def probe_rank(rank: int, world_size: int, models: list[str], variants: list, st
     import torch
     import torch.distributed as dist
 
-    from course_kit.decode_kernels import gemv as G
+    from course_kit.decode_kernels import constants, gemv as G
     from course_kit.decode_kernels.step import TritonDecodeStep
     from course_kit.parallel import measure, oneshot
 
@@ -45,15 +45,13 @@ def probe_rank(rank: int, world_size: int, models: list[str], variants: list, st
         first_tokens = None
         for rnd in range(rounds):
             for label, exchange, knobs in variants:
-                saved = {k: getattr(G, k) for k in knobs}
                 row = {"model": name, "variant": label, "round": rnd, "knobs": knobs}
                 try:
-                    for k, v in knobs.items():
-                        setattr(G, k, v)
-                    step = TritonDecodeStep(model, exchange=exchange)
-                    row["folded"] = step.exchange is not None
-                    one = loop.step_of(step, step.greedy)
-                    tokens, sec = loop.run(measure._graph(one).replay if cuda else one)
+                    with constants(knobs, G):      # set while the step is built, captured and run
+                        step = TritonDecodeStep(model, exchange=exchange)
+                        row["folded"] = step.exchange is not None
+                        one = loop.step_of(step, step.greedy)
+                        tokens, sec = loop.run(measure._graph(one).replay if cuda else one)
                     sec = torch.tensor([sec], dtype=torch.float64, device=dev)
                     if dist.is_initialized():
                         dist.all_reduce(sec, op=dist.ReduceOp.MAX)   # the slowest rank's time
@@ -63,9 +61,6 @@ def probe_rank(rank: int, world_size: int, models: list[str], variants: list, st
                         step.exchange.check()
                 except Exception as exc:  # noqa: BLE001 - a variant that fails is a result
                     row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-                finally:
-                    for k, v in saved.items():
-                        setattr(G, k, v)
                 rows.append(row)
         if fast is not None:
             oneshot.disable_one_shot_all_reduce()

@@ -10,7 +10,7 @@ data/reference/h200/logs/tp2-shard-compute-s10.json.
 """
 import json, statistics, sys
 import torch
-from course_kit.decode_kernels import gemv as G
+from course_kit.decode_kernels import constants, gemv as G
 from course_kit.decode_kernels.step import TritonDecodeStep
 from course_kit.parallel import measure
 from course_kit.parallel.tp_llama import shard_llama
@@ -30,18 +30,12 @@ with torch.no_grad():
     for rnd in range(3 if cuda else 1):
         for mname, model in models.items():
             for vname, knobs in variants:
-                saved = {k: getattr(G, k) for k in knobs}
-                try:
-                    for k, v in knobs.items():
-                        setattr(G, k, v)
+                with constants(knobs, G):      # set while the step is built, captured and run
                     step = TritonDecodeStep(model, exchange=None)
                     loop = loops[mname]
                     one = loop.step_of(step, step.greedy)
                     _, sec = loop.run(measure._graph(one).replay if cuda else one)
-                    times.setdefault((mname, vname), []).append(sec * 1e3)
-                finally:
-                    for k, v in saved.items():
-                        setattr(G, k, v)
+                times.setdefault((mname, vname), []).append(sec * 1e3)
 for (m, v), t in times.items():
     rows.append({"model": m, "variant": v, "median_ms": statistics.median(t), "min_ms": min(t), "max_ms": max(t)})
     print(json.dumps(rows[-1]), flush=True)

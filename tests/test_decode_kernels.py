@@ -304,3 +304,16 @@ def test_gpu_triton_runner_gives_hf_greedy_tokens_in_fp32():
     runner = cg.DecodeGraphRunner(model, 2, 128, kernels="triton", verbose=False)
     assert runner.use_graphs
     assert runner.generate(prompts, 24) == [hf_generate_greedy(hf, p, 24) for p in prompts]
+
+
+def test_constants_sets_knobs_for_a_run_and_puts_them_back():
+    from course_kit.decode_kernels import constants, gemv, step
+    tile, splits = gemv.TILE, getattr(step, "SPLITS", None)
+    with pytest.raises(RuntimeError):
+        with constants({"TILE": 4096}, gemv, step):
+            assert gemv.TILE == 4096
+            raise RuntimeError("a variant that fails")
+    assert gemv.TILE == tile and getattr(step, "SPLITS", None) == splits     # restored all the same
+    with pytest.raises(AttributeError, match="TLIE"):                         # a typo is an error
+        with constants({"TLIE": 4096}, gemv):
+            pass

@@ -20,3 +20,30 @@ a kernel each in the eager step. Here they ride inside the products that need th
 
 Importing a kernel module without CUDA sets TRITON_INTERPRET=1 (tests run on CPU tensors).
 """
+from __future__ import annotations
+
+import contextlib
+from types import ModuleType
+from typing import Iterator
+
+
+@contextlib.contextmanager
+def constants(knobs: dict, *modules: ModuleType) -> Iterator[None]:
+    """Set module constants (block shapes and the like: gemv.TILE, step.SPLITS, ...) for a tuning
+    run, and put them back afterwards, whatever happens. Each knob is set in every given module
+    that has it; a knob that none of them has is an error, not a silent no-op.
+
+    The tuning scripts (scripts/decode_step_probe.py, tp_decode_probe.py, tp_shard_compute.py)
+    build the Triton step inside it: the kernels read the constants when the step is built.
+    """
+    saved = [(m, k, getattr(m, k)) for k in knobs for m in modules if hasattr(m, k)]
+    missing = sorted(set(knobs) - {k for _, k, _ in saved})
+    if missing:
+        raise AttributeError(f"no module among {[m.__name__ for m in modules]} has {missing}")
+    try:
+        for m, k, _ in saved:
+            setattr(m, k, knobs[k])
+        yield
+    finally:
+        for m, k, v in saved:
+            setattr(m, k, v)
