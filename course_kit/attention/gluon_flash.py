@@ -95,9 +95,10 @@ if HAS_GLUON:
               n_tiles, n_bh, n_tiles_m, n_q_heads, group, seq_q, seq_k,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
               Q_BUFFERS: gl.constexpr):
-        """The loading warp. The i-th work item's Q goes to buffer i % 2, as soon as the item two
-        before it is done with that buffer, so the next Q is on chip before its item starts; its
-        K and V tiles go round a ring, the program's c-th tile into stage c % STAGES."""
+        """The loading warp. The i-th work item's Q goes to buffer i % Q_BUFFERS as soon as the item
+        that used that buffer last is done with it (with two buffers, the next item's Q arrives
+        while this one computes); its K and V tiles go round a ring, the program's c-th tile into
+        stage c % STAGES."""
         BLOCK_H: gl.constexpr = BLOCK_M // 2
         c = 0
         i = 0
@@ -110,17 +111,14 @@ if HAS_GLUON:
             mbarrier.wait(q_empty.index(buf), ((i // Q_BUFFERS) & 1) ^ 1)
             mbarrier.expect(q_ready.index(buf), 2 * q_desc.block_type.nbytes)
             _tma_load(q_desc, [q_row, 0], q_ready.index(buf), q_smem.index(2 * buf))
-            _tma_load(q_desc, [q_row + BLOCK_H, 0], q_ready.index(buf),
-                                            q_smem.index(2 * buf + 1))
+            _tma_load(q_desc, [q_row + BLOCK_H, 0], q_ready.index(buf), q_smem.index(2 * buf + 1))
             for j in range(n_blocks):
                 stage = c % STAGES
                 mbarrier.wait(kv_empty.index(stage), ((c // STAGES) & 1) ^ 1)
                 mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
-                _tma_load(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(stage),
-                                                k_smem.index(stage))
+                _tma_load(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(stage), k_smem.index(stage))
                 mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
-                _tma_load(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(stage),
-                                                v_smem.index(stage))
+                _tma_load(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(stage), v_smem.index(stage))
                 c += 1
             i += 1
 
