@@ -29,7 +29,11 @@ causal or not, and GQA.
 """
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
 
 import torch
 
@@ -299,6 +303,20 @@ def gluon_usable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[boo
     return True, "ok"
 
 
+def runs_here(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether this kernel runs on `device` for `dtype`, at a shape it takes."""
+    probe = torch.empty(1, 1, BLOCK_M, SUPPORTED_HEAD_DIMS[0], device=device, dtype=dtype)
+    return gluon_usable(probe, probe, probe)[0]
+
+
+def _descriptor(t: torch.Tensor, block_rows: int) -> "GluonDescriptor":
+    """A TMA descriptor over the [B*H*S, D] view of t, read in [block_rows, D] tiles."""
+    flat = t.view(-1, t.shape[-1])
+    gl_dtype = gl.float16 if t.dtype == torch.float16 else gl.bfloat16
+    layout = gl.NVMMASharedLayout.get_default_for([block_rows, flat.shape[1]], gl_dtype)
+    return GluonDescriptor(flat, list(flat.shape), list(flat.stride()), [block_rows, flat.shape[1]], layout)
+
+
 def gluon_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                           scale: float | None = None, programs: int | None = None, q_buffers: int = 2,
                           pingpong: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -323,14 +341,8 @@ def gluon_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
     q, k, v = (t.contiguous() for t in (q, k, v))
     out = torch.empty_like(q)
     lse = torch.empty((batch, n_q_heads, seq_q), dtype=torch.float32, device=q.device)
-    gl_dtype = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
-
-    def desc(t, block_rows):     # the [B*H*S, D] view, read in [block_rows, D] tiles
-        flat = t.view(-1, head_dim)
-        layout = gl.NVMMASharedLayout.get_default_for([block_rows, head_dim], gl_dtype)
-        return GluonDescriptor(flat, list(flat.shape), list(flat.stride()), [block_rows, head_dim], layout)
-
-    descs = (desc(q, BLOCK_M // 2), desc(k, BLOCK_N), desc(v, BLOCK_N), desc(out, BLOCK_M // 2))
+    descs = (_descriptor(q, BLOCK_M // 2), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N),
+             _descriptor(out, BLOCK_M // 2))
     n_items = seq_q // BLOCK_M * batch * n_q_heads
 
     def launch(n_programs: int) -> None:
@@ -417,10 +429,6 @@ def compile_for_hopper(head_dim: int = 128, causal: bool = True, pingpong: bool 
         raise ValueError(f"head_dim must be one of {SUPPORTED_HEAD_DIMS}; got {head_dim}")
     if q_buffers not in (1, 2):
         raise ValueError(f"q_buffers must be 1 or 2; got {q_buffers}")
-    import json
-    import os
-    import subprocess
-    import sys
     call = (f"import json; from course_kit.attention.gluon_flash import _compile_here; "
             f"print(json.dumps(_compile_here({head_dim}, {causal}, {pingpong}, {q_buffers})))")
     env = {**os.environ, "TRITON_INTERPRET": "0",     # kept by use_triton_interpreter_without_cuda
@@ -440,12 +448,10 @@ def _compile_here(head_dim: int, causal: bool, pingpong: bool, q_buffers: int) -
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
-    def desc(rows):   # a CPU tensor stands in for the GPU's: only its dtype and shape matter here
-        flat = torch.empty(4096, head_dim, dtype=torch.bfloat16)
-        layout = gl.NVMMASharedLayout.get_default_for([rows, head_dim], gl.bfloat16)
-        return GluonDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, head_dim], layout)
-
-    args = dict(q_desc=desc(BLOCK_M // 2), k_desc=desc(BLOCK_N), v_desc=desc(BLOCK_N), o_desc=desc(BLOCK_M // 2),
+    # a CPU tensor stands in for the GPU's: only its dtype and shape matter to the compiler
+    flat = torch.empty(4096, head_dim, dtype=torch.bfloat16)
+    args = dict(q_desc=_descriptor(flat, BLOCK_M // 2), k_desc=_descriptor(flat, BLOCK_N),
+                v_desc=_descriptor(flat, BLOCK_N), o_desc=_descriptor(flat, BLOCK_M // 2),
                 LSE=torch.empty(8), seq_q=4096, seq_k=4096, n_q_heads=16, group=1, n_bh=64, qk_scale=0.1)
     constants = dict(HEAD_DIM=head_dim, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, STAGES=STAGES, CAUSAL=causal,
                      Q_BUFFERS=q_buffers, PINGPONG=pingpong)

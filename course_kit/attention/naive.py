@@ -58,6 +58,17 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ca
                            causal=causal, scale=scale)
 
 
+def reference_lse(q: torch.Tensor, k: torch.Tensor, *, causal: bool = False, scale: float | None = None) -> torch.Tensor:
+    """The float64 CPU log-sum-exp of each query's scaled scores (natural log), the oracle for the
+    LSE a flash forward stores for its backward. GQA: K heads are repeated to Q's."""
+    q, k = q.detach().double().cpu(), k.detach().double().cpu()
+    s = q @ k.repeat_interleave(q.shape[1] // k.shape[1], 1).transpose(-1, -2)
+    s = s * (q.shape[-1] ** -0.5 if scale is None else scale)
+    if causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
+    return torch.logsumexp(s, -1)
+
+
 def attention_flops(batch: int, heads: int, s_q: int, s_k: int, head_dim: int, *, causal: bool) -> float:
     """Forward FLOPs of the two matmuls (QK^T and PV), 2 FLOPs per multiply-add; causal counts half."""
     flops = 4.0 * batch * heads * s_q * s_k * head_dim

@@ -34,8 +34,8 @@ SIZES = {
     "smoke": {"batch": 1, "heads": 2, "seq_lens": [128, 256, 512], "d64_seq_lens": [], "noncausal_seq_lens": [],
               "naive_max": 512, "tiled_max": 512, "repeat": 2},
 }
-SLOW = ("naive", "tiled (PyTorch)", "sdpa math")
-GLUON = "triton (Gluon, warp-specialised)"      # gluon_flash.py: Hopper only     # fewer repeats: S^2 memory traffic or Python loops
+SLOW = ("naive", "tiled (PyTorch)", "sdpa math")     # fewer repeats: S^2 memory traffic or Python loops
+GLUON = "triton (Gluon, warp-specialised)"            # gluon_flash.py: Hopper only
 GRAPH_CALLS = 10     # forward calls per captured CUDA graph, when timing without the host
 # largest |error| against float64 (or SDPA) a variant may show: outputs are O(1), each rounding in
 # bf16 keeps 8 significant bits, in fp16 11
@@ -59,8 +59,7 @@ def variants(dev: torch.device, dtype: torch.dtype) -> dict[str, Callable]:
             if triton_flash.descriptor_usable(q, q, q)[0]:
                 out["triton (TMA)"] = triton_fn("descriptor")
             from ..attention import gluon_flash
-            q = torch.empty(1, 1, gluon_flash.BLOCK_M, 64, device=dev, dtype=dtype)
-            if gluon_flash.gluon_usable(q, q, q)[0]:
+            if gluon_flash.runs_here(dev, dtype):
                 # the Gluon kernel where it takes the shape, the Triton one (TMA) elsewhere
                 out[GLUON] = lambda q, k, v, c: gluon_flash.attention(q, k, v, causal=c)
     except ImportError:
@@ -338,8 +337,7 @@ def _step_fns(dev: torch.device, causal: bool) -> list[tuple[dict, Callable]]:
         steps.append(({"step": name, "loader": loader, **config},
                       lambda q, k, v, desc=desc, config=config:
                       tf.launch_forward(q, k, v, causal=causal, scale=None, desc=desc, config=config)[0]))
-    probe = torch.empty(1, 1, gluon_flash.BLOCK_M, 64, device=dev, dtype=torch.bfloat16)
-    if gluon_flash.gluon_usable(probe, probe, probe)[0]:
+    if gluon_flash.runs_here(dev, torch.bfloat16):
         sms = torch.cuda.get_device_properties(dev).multi_processor_count
         for name, options in GLUON_STEPS:
             options = {**options, "programs": {"sm": sms, None: 1 << 30}[options["programs"]]}

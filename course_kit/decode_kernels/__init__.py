@@ -29,7 +29,7 @@ from typing import Iterator
 
 @contextlib.contextmanager
 def constants(knobs: dict, *modules: ModuleType) -> Iterator[None]:
-    """Set module constants (block shapes and the like: gemv.TILE, step.SPLITS, ...) for a tuning
+    """Set module constants (block shapes and the like: gemv.TILE, gemv.PROGRAMS_PER_SM, ...) for a tuning
     run, and put them back afterwards, whatever happens. Each knob is set in every given module
     that has it; a knob that none of them has is an error, not a silent no-op.
 
