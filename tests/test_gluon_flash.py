@@ -112,3 +112,11 @@ def test_attention_falls_back_for_good_when_the_gluon_kernel_fails(monkeypatch):
     assert (out.double().cpu() - reference_attention(q, q, q, causal=True)).abs().max().item() <= TOL[torch.float16]
     with pytest.raises(ValueError, match="scale must be > 0"):     # a bad argument is still refused
         gluon_flash.attention(q, q, q, scale=-1.0)
+
+
+def test_the_program_count_is_the_one_measured_faster():
+    import time
+    slow = {132: 2e-3, 1 << 30: 1e-4}          # seconds a launch takes with that many programs
+    assert gluon_flash._faster(lambda n: time.sleep(slow[n]), (132, 1 << 30), torch.device("cpu")) == 1 << 30
+    slow = {132: 1e-4, 1 << 30: 2e-3}
+    assert gluon_flash._faster(lambda n: time.sleep(slow[n]), (132, 1 << 30), torch.device("cpu")) == 132

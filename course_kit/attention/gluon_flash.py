@@ -356,7 +356,7 @@ def gluon_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
                q.device)
         if key not in _chosen_programs:
             sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-            _chosen_programs[key] = _faster(launch, (sms, n_items))
+            _chosen_programs[key] = _faster(launch, (sms, n_items), q.device)
         programs = _chosen_programs[key]
     launch(programs)
     return out, lse
@@ -375,19 +375,11 @@ def chosen_programs(seq_len: int, batch_heads: int, head_dim: int, causal: bool)
     return None
 
 
-def _faster(launch, choices: tuple[int, ...], repeat: int = 5) -> int:
-    """The choice of program count whose launches take least GPU time (median of `repeat`)."""
-    times = {}
-    for n in choices:
-        launch(n)                      # compiles once, warms up
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeat)]
-        for start, end in events:
-            start.record()
-            launch(n)
-            end.record()
-        torch.cuda.synchronize()
-        times[n] = sorted(s.elapsed_time(e) for s, e in events)[repeat // 2]
-    return min(times, key=times.get)
+def _faster(launch, choices: tuple[int, ...], device: torch.device) -> int:
+    """The choice of program count whose launches take least time (bench.timeit's median: CUDA
+    events on a GPU)."""
+    from .. import bench
+    return min(choices, key=lambda n: bench.timeit(lambda: launch(n), warmup=1, repeat=5, device=device).median_s)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
