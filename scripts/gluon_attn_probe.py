@@ -20,6 +20,7 @@ import torch
 
 from course_kit import bench
 from course_kit.attention import gluon_flash, naive, sdpa_backends, triton_flash
+from course_kit.benchmarks.attention import _inputs
 
 VARIANTS = {"gluon persistent": dict(), "gluon per-tile": dict(programs=1 << 30)}
 
@@ -32,8 +33,7 @@ def emit(path: str, row: dict, rows: list) -> None:
 
 
 def inputs(b, hq, hkv, s, d, dtype, seed):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return tuple(torch.randn(b, h, s, d, generator=g, device="cuda", dtype=dtype) for h in (hq, hkv, hkv))
+    return _inputs(b, hq, hkv, s, d, dtype, torch.device("cuda"), seed)
 
 
 def check(out: str, rows: list, small: bool = False) -> bool:
