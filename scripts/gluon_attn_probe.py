@@ -91,9 +91,9 @@ def time_shapes(out: str, rows: list, shapes: list, repeat: int) -> None:
         emit(out, row, rows)
 
 
-MATRIX = {f"pingpong q2{' overlap' if ov else ''}{' per-tile' if tile else ''}":
-          dict(overlap=ov, **({"programs": 1 << 30} if tile else {}))
-          for ov in (False, True) for tile in (False, True)}
+MATRIX = {f"{'pingpong' if pp else 'plain'} q{qb}{' per-tile' if tile else ''}":
+          dict(pingpong=pp, q_buffers=qb, **({"programs": 1 << 30} if tile else {}))
+          for pp in (True, False) for qb in (1, 2) for tile in (False, True)}
 
 
 def main() -> None:
@@ -101,7 +101,7 @@ def main() -> None:
     quick = "--quick" in sys.argv
     rows: list = []
     t0 = time.time()
-    if "--matrix" in sys.argv:   # softmax overlapping its own P V or not x persistent, at four shapes
+    if "--matrix" in sys.argv:   # Q buffers x masked blocks peeled x persistent, at four shapes
         VARIANTS.clear()
         VARIANTS.update(MATRIX)
         ok = check(out, rows, small=True)

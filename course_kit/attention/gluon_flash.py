@@ -14,9 +14,6 @@ threads) owns 128 query rows of one head at a time and has three roles:
 * **they take turns at the tensor cores** (PINGPONG): a warpgroup issues its two products (P V
   of the last block, Q K^T of this one) only in its turn, hands the turn over, and runs its
   softmax while the other's products keep the tensor cores busy;
-* **and its own** (OVERLAP): in its turn a warpgroup issues Q K^T of this block before P V of the
-  last, waits only for the first, and runs this block's softmax while its P V still runs
-  (FlashAttention-3's intra-warpgroup overlap);
 * **one persistent program an SM**, or one program a work item, whichever the first call at a
   shape measures faster (`programs`); with two Q buffers (Q_BUFFERS) the loader brings the next
   item's Q while this one computes;
@@ -150,7 +147,7 @@ if HAS_GLUON:
     def _attend(q_smem, q_ready, q_empty, k_smem, v_smem, k_ready, v_ready, kv_empty, turn, o_smem, o_desc, LSE,
                 half, n_tiles, n_bh, n_tiles_m, n_q_heads, group, seq_q, seq_k, qk_scale,
                 HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                CAUSAL: gl.constexpr, Q_BUFFERS: gl.constexpr, PINGPONG: gl.constexpr, OVERLAP: gl.constexpr):
+                CAUSAL: gl.constexpr, Q_BUFFERS: gl.constexpr, PINGPONG: gl.constexpr):
         """One computing warpgroup: query rows [half * 64, half * 64 + 64) of every work item,
         against each K/V tile the loader brings."""
         BLOCK_H: gl.constexpr = BLOCK_M // 2
@@ -197,31 +194,16 @@ if HAS_GLUON:
                     cur = c + j
                     p_op = gl.convert_layout(p.to(dtype), p_layout)
                     mbarrier.wait(turn.index(half), ((turns + j) & 1) ^ (1 - half))
-                    if OVERLAP:
-                        # Q K^T of this block first, then P V of the last: waiting for all but the
-                        # newest product leaves P V running while the softmax works on S.
-                        mbarrier.wait(k_ready.index(cur % STAGES), (cur // STAGES) & 1)
-                        s_tok = warpgroup_mma(q, k_smem.index(cur % STAGES).permute((1, 0)), zeros_s,
-                                              use_acc=False, is_async=True)
-                        mbarrier.wait(v_ready.index(prev % STAGES), (prev // STAGES) & 1)
-                        o_tok = warpgroup_mma(p_op, v_smem.index(prev % STAGES), acc, is_async=True)
-                        mbarrier.arrive(turn.index(1 - half), count=1)
-                        s = warpgroup_mma_wait(1, deps=(s_tok, ))
-                        p, alpha, m_i, l_i = _softmax(s, m_i, l_i, rows, j, j >= n_unmasked, qk_scale, BLOCK_N,
-                                                      s_layout)
-                        acc, p_op = warpgroup_mma_wait(0, deps=(o_tok, p_op))
-                        mbarrier.arrive(kv_empty.index(prev % STAGES), count=1)
-                    else:
-                        mbarrier.wait(v_ready.index(prev % STAGES), (prev // STAGES) & 1)
-                        o_tok = warpgroup_mma(p_op, v_smem.index(prev % STAGES), acc, is_async=True)
-                        mbarrier.wait(k_ready.index(cur % STAGES), (cur // STAGES) & 1)
-                        s_tok = warpgroup_mma(q, k_smem.index(cur % STAGES).permute((1, 0)), zeros_s,
-                                              use_acc=False, is_async=True)
-                        mbarrier.arrive(turn.index(1 - half), count=1)
-                        acc, p_op, s = warpgroup_mma_wait(0, deps=(o_tok, p_op, s_tok))
-                        mbarrier.arrive(kv_empty.index(prev % STAGES), count=1)   # K and V of block j-1 are free
-                        p, alpha, m_i, l_i = _softmax(s, m_i, l_i, rows, j, j >= n_unmasked, qk_scale, BLOCK_N,
-                                                      s_layout)
+                    mbarrier.wait(v_ready.index(prev % STAGES), (prev // STAGES) & 1)
+                    o_tok = warpgroup_mma(p_op, v_smem.index(prev % STAGES), acc, is_async=True)
+                    mbarrier.wait(k_ready.index(cur % STAGES), (cur // STAGES) & 1)
+                    s_tok = warpgroup_mma(q, k_smem.index(cur % STAGES).permute((1, 0)), zeros_s, use_acc=False,
+                                          is_async=True)
+                    mbarrier.arrive(turn.index(1 - half), count=1)
+                    acc, p_op, s = warpgroup_mma_wait(0, deps=(o_tok, p_op, s_tok))
+                    mbarrier.arrive(kv_empty.index(prev % STAGES), count=1)   # K and V of block j-1 are free
+                    p, alpha, m_i, l_i = _softmax(s, m_i, l_i, rows, j, j >= n_unmasked, qk_scale, BLOCK_N,
+                                                  s_layout)
                     acc = acc * gl.convert_layout(alpha, acc_rows)[:, None]
                 last = c + n_blocks - 1
                 p_op = gl.convert_layout(p.to(dtype), p_layout)
@@ -264,7 +246,7 @@ if HAS_GLUON:
     def _gluon_flash_fwd(q_desc, k_desc, v_desc, o_desc, LSE, seq_q, seq_k, n_q_heads, group, n_bh, qk_scale,
                          HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                          STAGES: gl.constexpr, CAUSAL: gl.constexpr, Q_BUFFERS: gl.constexpr,
-                         PINGPONG: gl.constexpr, OVERLAP: gl.constexpr):
+                         PINGPONG: gl.constexpr):
         """Program p takes work items p, p + programs, ...: one each when launched one program per
         item, or a share of them when launched one program an SM (persistent)."""
         BLOCK_H: gl.constexpr = BLOCK_M // 2
@@ -296,10 +278,10 @@ if HAS_GLUON:
         gl.warp_specialize([
             (_attend, (q_smem, q_ready, q_empty, k_smem, v_smem, k_ready, v_ready, kv_empty, turn, o_smem.index(0),
                        o_desc, LSE, 0, n_tiles, n_bh, n_tiles_m, n_q_heads, group, seq_q, seq_k, qk_scale,
-                       HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL, Q_BUFFERS, PINGPONG, OVERLAP)),
+                       HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL, Q_BUFFERS, PINGPONG)),
             (_attend, (q_smem, q_ready, q_empty, k_smem, v_smem, k_ready, v_ready, kv_empty, turn, o_smem.index(1),
                        o_desc, LSE, 1, n_tiles, n_bh, n_tiles_m, n_q_heads, group, seq_q, seq_k, qk_scale,
-                       HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL, Q_BUFFERS, PINGPONG, OVERLAP)),
+                       HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL, Q_BUFFERS, PINGPONG)),
             (_load, (q_desc, k_desc, v_desc, q_smem, q_ready, q_empty, k_smem, v_smem, k_ready, v_ready, kv_empty,
                      n_tiles, n_bh, n_tiles_m, n_q_heads, group, seq_q, seq_k, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                      Q_BUFFERS)),
@@ -337,13 +319,12 @@ def _descriptor(t: torch.Tensor, block_rows: int) -> "GluonDescriptor":
 
 def gluon_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                           scale: float | None = None, programs: int | None = None, q_buffers: int = 2,
-                          pingpong: bool = True, overlap: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+                          pingpong: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward on [B, H, S, D] tensors (K/V heads dividing H); returns O and the natural-log LSE.
 
     programs: how many programs to launch (None: the faster of one an SM and one a work item,
     measured at the first call for this shape); q_buffers 1 or 2; pingpong: the computing
-    warpgroups take turns at the tensor cores; overlap (with pingpong): a warpgroup's softmax runs
-    while its own P V product does. These are the steps notebook 08 times.
+    warpgroups take turns at the tensor cores. The last three are the steps notebook 08 times.
     """
     usable, reason = gluon_usable(q, k, v)
     if not usable:
@@ -368,11 +349,11 @@ def gluon_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
         _gluon_flash_fwd[(min(n_programs, n_items), )](
             *descs, lse, seq_q, seq_k, n_q_heads, n_q_heads // n_kv_heads, batch * n_q_heads, scale * LOG2E,
             HEAD_DIM=head_dim, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, STAGES=STAGES, CAUSAL=causal,
-            Q_BUFFERS=q_buffers, PINGPONG=pingpong, OVERLAP=overlap and pingpong, num_warps=4)
+            Q_BUFFERS=q_buffers, PINGPONG=pingpong, num_warps=4)
 
     if programs is None:
         key = (seq_q, seq_k, batch * n_q_heads, n_kv_heads, head_dim, causal, q.dtype, q_buffers, pingpong,
-               overlap, q.device)
+               q.device)
         if key not in _chosen_programs:
             sms = torch.cuda.get_device_properties(q.device).multi_processor_count
             _chosen_programs[key] = _faster(launch, (sms, n_items), q.device)
@@ -386,11 +367,10 @@ _chosen_programs: dict[tuple, int] = {}
 
 
 def chosen_programs(seq_len: int, batch_heads: int, head_dim: int, causal: bool) -> int | None:
-    """How many programs the default kernel (two Q buffers, ping-pong, overlap as by default)
-    launches at this shape, as its first call there measured; None before any."""
-    default = (2, True, True)
+    """How many programs the default kernel (two Q buffers, ping-pong) launches at this shape, as
+    its first call there measured; None before any."""
     for key, programs in _chosen_programs.items():
-        if (key[0], key[2], key[4], key[5], *key[7:10]) == (seq_len, batch_heads, head_dim, causal, *default):
+        if (key[0], key[2], key[4], key[5], key[7], key[8]) == (seq_len, batch_heads, head_dim, causal, 2, True):
             return programs
     return None
 
@@ -425,12 +405,11 @@ gluon_failed: str | None = None   # why `attention` stopped trying this kernel, 
 HOPPER_PTX = {"wgmma.mma_async": "tensor-core products",
               "cp.async.bulk.tensor": "TMA copies",
               "mbarrier.try_wait": "barrier waits",
-              "setmaxnreg": "register hand-overs between roles",
-              "wgmma.wait_group.sync.aligned 1": "waits that leave one product running (overlap)"}
+              "setmaxnreg": "register hand-overs between roles"}
 
 
 def compile_for_hopper(head_dim: int = 128, causal: bool = True, pingpong: bool = True, q_buffers: int = 2,
-                       timeout: float = 300.0, overlap: bool = True) -> dict:
+                       timeout: float = 300.0) -> dict:
     """Compile the kernel for an sm_90 GPU on this machine, GPU or not (Triton's own ptxas builds
     the binary), and return the compiler's account: shared memory, threads, and how often each of
     HOPPER_PTX's instructions appears in the PTX.
@@ -443,7 +422,7 @@ def compile_for_hopper(head_dim: int = 128, causal: bool = True, pingpong: bool 
     if q_buffers not in (1, 2):
         raise ValueError(f"q_buffers must be 1 or 2; got {q_buffers}")
     call = (f"import json; from course_kit.attention.gluon_flash import _compile_here; "
-            f"print(json.dumps(_compile_here({head_dim}, {causal}, {pingpong}, {q_buffers}, {overlap})))")
+            f"print(json.dumps(_compile_here({head_dim}, {causal}, {pingpong}, {q_buffers})))")
     env = {**os.environ, "TRITON_INTERPRET": "0",     # kept by use_triton_interpreter_without_cuda
            "CUDA_VISIBLE_DEVICES": ""}              # compile only: never touch a GPU that may be there
     done = subprocess.run([sys.executable, "-c", call], env=env, capture_output=True, text=True, timeout=timeout)
@@ -452,7 +431,7 @@ def compile_for_hopper(head_dim: int = 128, causal: bool = True, pingpong: bool 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _compile_here(head_dim: int, causal: bool, pingpong: bool, q_buffers: int, overlap: bool) -> dict:
+def _compile_here(head_dim: int, causal: bool, pingpong: bool, q_buffers: int) -> dict:
     """compile_for_hopper's work, in the fresh Python it starts."""
     if not HAS_GLUON:
         raise RuntimeError("this Triton has no Gluon (Triton >= 3.5)")
@@ -467,7 +446,7 @@ def _compile_here(head_dim: int, causal: bool, pingpong: bool, q_buffers: int, o
                 v_desc=_descriptor(flat, BLOCK_N), o_desc=_descriptor(flat, BLOCK_M // 2),
                 LSE=torch.empty(8), seq_q=4096, seq_k=4096, n_q_heads=16, group=1, n_bh=64, qk_scale=0.1)
     constants = dict(HEAD_DIM=head_dim, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, STAGES=STAGES, CAUSAL=causal,
-                     Q_BUFFERS=q_buffers, PINGPONG=pingpong, OVERLAP=overlap and pingpong)
+                     Q_BUFFERS=q_buffers, PINGPONG=pingpong)
     fn = _gluon_flash_fwd
     signature, constexprs = {}, {}
     for i, name in enumerate(fn.arg_names):

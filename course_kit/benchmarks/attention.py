@@ -318,15 +318,12 @@ STEPS = [
 # gluon_flash_attention); programs "sm" is one program an SM, None one program a work item.
 GLUON_STEPS = [
     ("Gluon: a loading warp and two computing warpgroups sharing 128 x 128 K/V tiles, a program an item",
-     {"pingpong": False, "q_buffers": 1, "programs": None, "overlap": False}),
-    ("the same as one persistent program an SM walking the items",
-     {"pingpong": False, "q_buffers": 1, "programs": "sm", "overlap": False}),
+     {"pingpong": False, "q_buffers": 1, "programs": None}),
+    ("the same as one persistent program an SM walking the items", {"pingpong": False, "q_buffers": 1, "programs": "sm"}),
     ("the two computing warpgroups take turns at the tensor cores (ping-pong)",
-     {"pingpong": True, "q_buffers": 1, "programs": "sm", "overlap": False}),
+     {"pingpong": True, "q_buffers": 1, "programs": "sm"}),
     ("the next item's Q loaded while this one computes (two Q buffers)",
-     {"pingpong": True, "q_buffers": 2, "programs": "sm", "overlap": False}),
-    ("each warpgroup's softmax runs while its own P V product does (overlap)",
-     {"pingpong": True, "q_buffers": 2, "programs": "sm", "overlap": True}),
+     {"pingpong": True, "q_buffers": 2, "programs": "sm"}),
 ]
 
 

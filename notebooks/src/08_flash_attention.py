@@ -574,9 +574,6 @@ display_fig
 #   and `O += PV` on the tensor cores (`warpgroup_mma`, Hopper's wgmma), the online softmax between;
 # - they **take turns at the tensor cores** (ping-pong): a warpgroup issues its two products only
 #   in its turn, passes the turn on, and runs its softmax while the other's products run;
-# - and each **overlaps its own work** (FlashAttention-3's intra-warpgroup overlap): in its turn it
-#   issues `QKᵀ` of this block *before* `PV` of the last, waits only for the first
-#   (`warpgroup_mma_wait(1, ...)`), and runs this block's softmax while its own `PV` still runs;
 # - the loading warp hands most of its registers to the computing ones (`setmaxnreg`), and the
 #   program is either **persistent** (one an SM, walking the work items) or one per item, as the
 #   first call at a shape measures faster.
@@ -585,7 +582,7 @@ display_fig
 
 # %%
 if gluon_flash.HAS_GLUON:
-    show_source(gluon_flash._attend.fn, span="if PINGPONG:", head=44)
+    show_source(gluon_flash._attend.fn, span="if PINGPONG:", head=34)
 else:
     print("This Triton has no Gluon (it arrived with Triton 3.5), so its source is not shown here.")
 
