@@ -91,9 +91,8 @@ def time_shapes(out: str, rows: list, shapes: list, repeat: int) -> None:
         emit(out, row, rows)
 
 
-MATRIX = {f"{'pingpong' if pp else 'plain'} q{qb}{' per-tile' if tile else ''}":
-          dict(pingpong=pp, q_buffers=qb, **({"programs": 1 << 30} if tile else {}))
-          for pp in (True, False) for qb in (1, 2) for tile in (False, True)}
+MATRIX = {"persistent round-robin": dict(programs=132, snake=False), "persistent snake": dict(programs=132, snake=True),
+          "per-tile": dict(programs=1 << 30)}
 
 
 def main() -> None:
@@ -101,13 +100,13 @@ def main() -> None:
     quick = "--quick" in sys.argv
     rows: list = []
     t0 = time.time()
-    if "--matrix" in sys.argv:   # Q buffers x masked blocks peeled x persistent, at four shapes
+    if "--matrix" in sys.argv:   # persistent in round-robin or snake order, or a program an item
         VARIANTS.clear()
         VARIANTS.update(MATRIX)
         ok = check(out, rows, small=True)
         emit(out, {"checks_ok": ok, "seconds": time.time() - t0}, rows)
         time_shapes(out, rows, [(4, 16, 4096, 128, True), (4, 16, 4096, 128, False), (4, 16, 16384, 128, True),
-                                (4, 16, 4096, 64, True)], 20)
+                                (4, 16, 4096, 64, True), (4, 16, 1024, 128, True), (4, 16, 2048, 128, True)], 20)
         return
     ok = check(out, rows)
     emit(out, {"checks_ok": ok, "seconds": time.time() - t0}, rows)

@@ -92,10 +92,39 @@ def test_gpu_gluon_forward_against_float64(shape, dtype, causal):
 @pytest.mark.parametrize("pingpong", [False, True])
 @pytest.mark.parametrize("q_buffers", [1, 2])
 @pytest.mark.parametrize("programs", [1, 7, 1 << 30])      # one program walks all items, a few do, one an item
-def test_gpu_every_schedule_gives_the_same_answer(pingpong, q_buffers, programs):
+@pytest.mark.parametrize("snake", [False, True])
+def test_gpu_every_schedule_gives_the_same_answer(pingpong, q_buffers, programs, snake):
     if not gluon_flash.runs_here(torch.device("cuda"), torch.bfloat16):
         pytest.skip("the Gluon kernel needs an sm_90 GPU and a Triton with Gluon")
-    _check(2, 4, 2, 640, 128, torch.bfloat16, True, pingpong=pingpong, q_buffers=q_buffers, programs=programs)
+    # 40 items over 7 programs: the sixth round is a short one, taken backwards in snake order
+    _check(2, 4, 2, 640, 128, torch.bfloat16, True, pingpong=pingpong, q_buffers=q_buffers, programs=programs,
+           snake=snake)
+
+
+@pytest.mark.parametrize("n_items,programs", [(40, 7), (2048, 132), (5, 5), (3, 8), (1, 1)])
+def test_persistent_order_gives_every_item_once_and_one_round_stays_in_order(n_items, programs):
+    for snake in (False, True):
+        order = gluon_flash.persistent_order(n_items, programs, snake)
+        assert sorted(order) == list(range(n_items))
+        for slot, item in enumerate(order):      # a slot's item is in the slot's round
+            assert item // programs == slot // programs
+    if n_items <= programs:                      # one program an item: snake order changes nothing
+        assert gluon_flash.persistent_order(n_items, programs) == list(range(n_items))
+    with pytest.raises(ValueError, match="programs must be >= 1"):
+        gluon_flash.persistent_order(n_items, 0)
+
+
+def test_snake_order_evens_out_the_causal_work_of_persistent_programs():
+    # the acceptance shape (B4 H16 S4096) on an H200's 132 SMs: round-robin leaves the slowest program
+    # with a ninth more K/V tiles than the mean; snake order only the last round's rounding (16 rounds
+    # for 2048 / 132 = 15.5 items a program)
+    def slowest_over_mean(snake, causal=True):
+        work = gluon_flash.program_key_blocks(4096, 64, 132, causal, snake)
+        assert sum(work) == 64 * (32 * 33 // 2 if causal else 32 * 32)     # every tile once
+        return max(work) / (sum(work) / len(work))
+    assert slowest_over_mean(snake=False) > 1.1
+    assert slowest_over_mean(snake=True) == pytest.approx(16 / 15.515, abs=1e-3)
+    assert slowest_over_mean(snake=True, causal=False) == slowest_over_mean(snake=False, causal=False)
 
 
 def test_attention_falls_back_for_good_when_the_gluon_kernel_fails(monkeypatch):

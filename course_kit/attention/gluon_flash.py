@@ -16,7 +16,8 @@ threads) owns 128 query rows of one head at a time and has three roles:
   softmax while the other's products keep the tensor cores busy;
 * **one persistent program an SM**, or one program a work item, whichever the first call at a
   shape measures faster (`programs`); with two Q buffers (Q_BUFFERS) the loader brings the next
-  item's Q while this one computes;
+  item's Q while this one computes; persistent programs take their items in snake order
+  (`persistent_order`), so each holds about as much causal work as the others;
 * **registers go where the work is**: the loading warp gives most of its registers back
   (setmaxnreg) and the computing warpgroups take them.
 
@@ -95,8 +96,8 @@ if HAS_GLUON:
         return off_bh * seq_q + first_query, off_kvh * seq_k, first_query, n_blocks, n_unmasked
 
     @gluon.jit
-    def _load(q_desc, k_desc, v_desc, q_smem, q_ready, q_empty, k_smem, v_smem, k_ready, v_ready, kv_empty,
-              n_tiles, n_bh, n_tiles_m, n_q_heads, group, seq_q, seq_k,
+    def _load(ORDER, q_desc, k_desc, v_desc, q_smem, q_ready, q_empty, k_smem, v_smem, k_ready, v_ready,
+              kv_empty, n_tiles, n_bh, n_tiles_m, n_q_heads, group, seq_q, seq_k,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
               Q_BUFFERS: gl.constexpr):
         """The loading warp. The i-th work item's Q goes to buffer i % Q_BUFFERS as soon as the item
@@ -107,8 +108,9 @@ if HAS_GLUON:
         c = 0
         i = 0
         for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-            q_row, kv_row, first_query, n_blocks, n_unmasked = _work(t, n_bh, n_tiles_m, n_q_heads, group, seq_q,
-                                                                     seq_k, BLOCK_M, BLOCK_N, CAUSAL)
+            q_row, kv_row, first_query, n_blocks, n_unmasked = _work(gl.load(ORDER + t), n_bh, n_tiles_m,
+                                                                     n_q_heads, group, seq_q, seq_k, BLOCK_M,
+                                                                     BLOCK_N, CAUSAL)
             # The r-th reuse of a slot waits for the r-th phase of its "empty" barrier. A fresh
             # barrier counts as having completed the phase before its first, so round 0 passes.
             buf = i % Q_BUFFERS
@@ -144,8 +146,8 @@ if HAS_GLUON:
         return p, alpha, m_new, l_i * alpha + gl.sum(p, 1)
 
     @gluon.jit
-    def _attend(q_smem, q_ready, q_empty, k_smem, v_smem, k_ready, v_ready, kv_empty, turn, o_smem, o_desc, LSE,
-                half, n_tiles, n_bh, n_tiles_m, n_q_heads, group, seq_q, seq_k, qk_scale,
+    def _attend(ORDER, q_smem, q_ready, q_empty, k_smem, v_smem, k_ready, v_ready, kv_empty, turn, o_smem, o_desc,
+                LSE, half, n_tiles, n_bh, n_tiles_m, n_q_heads, group, seq_q, seq_k, qk_scale,
                 HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                 CAUSAL: gl.constexpr, Q_BUFFERS: gl.constexpr, PINGPONG: gl.constexpr):
         """One computing warpgroup: query rows [half * 64, half * 64 + 64) of every work item,
@@ -167,8 +169,9 @@ if HAS_GLUON:
         i = 0          # work items so far: item i's Q sits in buffer i % Q_BUFFERS
         turns = 0      # PINGPONG: turns at the tensor cores so far
         for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-            q_row, kv_row, first_query, n_blocks, n_unmasked = _work(t, n_bh, n_tiles_m, n_q_heads, group, seq_q,
-                                                                     seq_k, BLOCK_M, BLOCK_N, CAUSAL)
+            q_row, kv_row, first_query, n_blocks, n_unmasked = _work(gl.load(ORDER + t), n_bh, n_tiles_m,
+                                                                     n_q_heads, group, seq_q, seq_k, BLOCK_M,
+                                                                     BLOCK_N, CAUSAL)
             q_row += half * BLOCK_H
             rows = first_query + half * BLOCK_H + gl.arange(0, BLOCK_H, layout=row_layout)
             m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=row_layout)
@@ -243,12 +246,13 @@ if HAS_GLUON:
         tma.store_wait(0)
 
     @gluon.jit
-    def _gluon_flash_fwd(q_desc, k_desc, v_desc, o_desc, LSE, seq_q, seq_k, n_q_heads, group, n_bh, qk_scale,
-                         HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    def _gluon_flash_fwd(ORDER, q_desc, k_desc, v_desc, o_desc, LSE, seq_q, seq_k, n_q_heads, group, n_bh,
+                         qk_scale, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                          STAGES: gl.constexpr, CAUSAL: gl.constexpr, Q_BUFFERS: gl.constexpr,
                          PINGPONG: gl.constexpr):
-        """Program p takes work items p, p + programs, ...: one each when launched one program per
-        item, or a share of them when launched one program an SM (persistent)."""
+        """Program p takes the work items in slots p, p + programs, ... of ORDER (persistent_order's
+        table): one each when launched one program per item, or a share of them when launched one
+        program an SM (persistent)."""
         BLOCK_H: gl.constexpr = BLOCK_M // 2
         n_tiles_m = seq_q // BLOCK_M
         n_tiles = n_tiles_m * n_bh
@@ -276,15 +280,15 @@ if HAS_GLUON:
         fence_async_shared()
 
         gl.warp_specialize([
-            (_attend, (q_smem, q_ready, q_empty, k_smem, v_smem, k_ready, v_ready, kv_empty, turn, o_smem.index(0),
-                       o_desc, LSE, 0, n_tiles, n_bh, n_tiles_m, n_q_heads, group, seq_q, seq_k, qk_scale,
-                       HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL, Q_BUFFERS, PINGPONG)),
-            (_attend, (q_smem, q_ready, q_empty, k_smem, v_smem, k_ready, v_ready, kv_empty, turn, o_smem.index(1),
-                       o_desc, LSE, 1, n_tiles, n_bh, n_tiles_m, n_q_heads, group, seq_q, seq_k, qk_scale,
-                       HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL, Q_BUFFERS, PINGPONG)),
-            (_load, (q_desc, k_desc, v_desc, q_smem, q_ready, q_empty, k_smem, v_smem, k_ready, v_ready, kv_empty,
-                     n_tiles, n_bh, n_tiles_m, n_q_heads, group, seq_q, seq_k, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                     Q_BUFFERS)),
+            (_attend, (ORDER, q_smem, q_ready, q_empty, k_smem, v_smem, k_ready, v_ready, kv_empty, turn,
+                       o_smem.index(0), o_desc, LSE, 0, n_tiles, n_bh, n_tiles_m, n_q_heads, group, seq_q, seq_k,
+                       qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL, Q_BUFFERS, PINGPONG)),
+            (_attend, (ORDER, q_smem, q_ready, q_empty, k_smem, v_smem, k_ready, v_ready, kv_empty, turn,
+                       o_smem.index(1), o_desc, LSE, 1, n_tiles, n_bh, n_tiles_m, n_q_heads, group, seq_q, seq_k,
+                       qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL, Q_BUFFERS, PINGPONG)),
+            (_load, (ORDER, q_desc, k_desc, v_desc, q_smem, q_ready, q_empty, k_smem, v_smem, k_ready, v_ready,
+                     kv_empty, n_tiles, n_bh, n_tiles_m, n_q_heads, group, seq_q, seq_k, BLOCK_M, BLOCK_N, STAGES,
+                     CAUSAL, Q_BUFFERS)),
         ], [4, 1], [240, 24])
 
 
@@ -319,12 +323,13 @@ def _descriptor(t: torch.Tensor, block_rows: int) -> "GluonDescriptor":
 
 def gluon_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                           scale: float | None = None, programs: int | None = None, q_buffers: int = 2,
-                          pingpong: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+                          pingpong: bool = True, snake: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward on [B, H, S, D] tensors (K/V heads dividing H); returns O and the natural-log LSE.
 
     programs: how many programs to launch (None: the faster of one an SM and one a work item,
     measured at the first call for this shape); q_buffers 1 or 2; pingpong: the computing
-    warpgroups take turns at the tensor cores. The last three are the steps notebook 08 times.
+    warpgroups take turns at the tensor cores; snake: persistent programs take their items in
+    snake order (`persistent_order`), else round-robin. These are the steps notebook 08 times.
     """
     usable, reason = gluon_usable(q, k, v)
     if not usable:
@@ -346,14 +351,16 @@ def gluon_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
     n_items = seq_q // BLOCK_M * batch * n_q_heads
 
     def launch(n_programs: int) -> None:
-        _gluon_flash_fwd[(min(n_programs, n_items), )](
-            *descs, lse, seq_q, seq_k, n_q_heads, n_q_heads // n_kv_heads, batch * n_q_heads, scale * LOG2E,
+        n_programs = min(n_programs, n_items)
+        _gluon_flash_fwd[(n_programs, )](
+            _order_table(n_items, n_programs, snake, q.device), *descs, lse, seq_q, seq_k, n_q_heads,
+            n_q_heads // n_kv_heads, batch * n_q_heads, scale * LOG2E,
             HEAD_DIM=head_dim, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, STAGES=STAGES, CAUSAL=causal,
             Q_BUFFERS=q_buffers, PINGPONG=pingpong, num_warps=4)
 
     if programs is None:
         key = (seq_q, seq_k, batch * n_q_heads, n_kv_heads, head_dim, causal, q.dtype, q_buffers, pingpong,
-               q.device)
+               snake, q.device)
         if key not in _chosen_programs:
             sms = torch.cuda.get_device_properties(q.device).multi_processor_count
             _chosen_programs[key] = _faster(launch, (sms, n_items), q.device)
@@ -362,15 +369,59 @@ def gluon_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
     return out, lse
 
 
+def persistent_order(n_items: int, programs: int, snake: bool = True) -> list[int]:
+    """The work item each slot of a launch takes: program p's r-th item is order[r * programs + p].
+
+    Taken round-robin (order[n] = n), a persistent program's causal items are all heavy or all
+    light: an item's weight repeats every `seq_len / BLOCK_M` items (`_work` numbers each head's
+    heaviest items first) and the programs step by their count, so some programs get more work
+    than others and the kernel waits for the slowest (`program_key_blocks`). In snake order every
+    other round goes backwards over the programs, which pairs a heavy item with a light one. One
+    program an item has a single round, which snake order leaves as it is.
+    """
+    if n_items < 1 or programs < 1:
+        raise ValueError(f"n_items and programs must be >= 1; got {n_items} and {programs}")
+    order = []
+    for start in range(0, n_items, programs):
+        this_round = list(range(start, min(start + programs, n_items)))
+        backwards = snake and (start // programs) % 2 == 1
+        order += this_round[::-1] if backwards else this_round
+    return order
+
+
+def program_key_blocks(seq_len: int, batch_heads: int, programs: int, causal: bool,
+                       snake: bool = True) -> list[int]:
+    """K/V tiles each program of a launch multiplies through, self-attention at this shape:
+    what sets how long the slowest program (and so the kernel) runs."""
+    n_tiles_m = seq_len // BLOCK_M
+    n_items = n_tiles_m * batch_heads
+    programs = min(programs, n_items)
+    work = [0] * programs
+    for slot, item in enumerate(persistent_order(n_items, programs, snake)):
+        start_m = n_tiles_m - 1 - item % n_tiles_m       # as _work numbers a head's items: heaviest first
+        work[slot % programs] += start_m * BLOCK_M // BLOCK_N + 1 if causal else seq_len // BLOCK_N
+    return work
+
+
+def _order_table(n_items: int, programs: int, snake: bool, device: torch.device) -> torch.Tensor:
+    """persistent_order as the int32 table the kernel reads, built once per launch shape."""
+    key = (n_items, programs, snake, device)
+    if key not in _order_tables:
+        _order_tables[key] = torch.tensor(persistent_order(n_items, programs, snake), dtype=torch.int32,
+                                          device=device)
+    return _order_tables[key]
+
+
+_order_tables: dict[tuple, torch.Tensor] = {}
 # programs per shape, as measured at its first call (the autotuner's `_chosen` in triton_flash)
 _chosen_programs: dict[tuple, int] = {}
 
 
 def chosen_programs(seq_len: int, batch_heads: int, head_dim: int, causal: bool) -> int | None:
-    """How many programs the default kernel (two Q buffers, ping-pong) launches at this shape, as
-    its first call there measured; None before any."""
+    """How many programs the default kernel (two Q buffers, ping-pong, snake order) launches at this
+    shape, as its first call there measured; None before any."""
     for key, programs in _chosen_programs.items():
-        if (key[0], key[2], key[4], key[5], key[7], key[8]) == (seq_len, batch_heads, head_dim, causal, 2, True):
+        if (key[0], key[2], key[4], key[5], *key[7:10]) == (seq_len, batch_heads, head_dim, causal, 2, True, True):
             return programs
     return None
 
@@ -442,8 +493,9 @@ def _compile_here(head_dim: int, causal: bool, pingpong: bool, q_buffers: int) -
 
     # a CPU tensor stands in for the GPU's: only its dtype and shape matter to the compiler
     flat = torch.empty(4096, head_dim, dtype=torch.bfloat16)
-    args = dict(q_desc=_descriptor(flat, BLOCK_M // 2), k_desc=_descriptor(flat, BLOCK_N),
-                v_desc=_descriptor(flat, BLOCK_N), o_desc=_descriptor(flat, BLOCK_M // 2),
+    args = dict(ORDER=torch.empty(8, dtype=torch.int32), q_desc=_descriptor(flat, BLOCK_M // 2),
+                k_desc=_descriptor(flat, BLOCK_N), v_desc=_descriptor(flat, BLOCK_N),
+                o_desc=_descriptor(flat, BLOCK_M // 2),
                 LSE=torch.empty(8), seq_q=4096, seq_k=4096, n_q_heads=16, group=1, n_bh=64, qk_scale=0.1)
     constants = dict(HEAD_DIM=head_dim, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, STAGES=STAGES, CAUSAL=causal,
                      Q_BUFFERS=q_buffers, PINGPONG=pingpong)

@@ -318,12 +318,15 @@ STEPS = [
 # gluon_flash_attention); programs "sm" is one program an SM, None one program a work item.
 GLUON_STEPS = [
     ("Gluon: a loading warp and two computing warpgroups sharing 128 x 128 K/V tiles, a program an item",
-     {"pingpong": False, "q_buffers": 1, "programs": None}),
-    ("the same as one persistent program an SM walking the items", {"pingpong": False, "q_buffers": 1, "programs": "sm"}),
+     {"pingpong": False, "q_buffers": 1, "programs": None, "snake": False}),
+    ("the same as one persistent program an SM walking the items",
+     {"pingpong": False, "q_buffers": 1, "programs": "sm", "snake": False}),
     ("the two computing warpgroups take turns at the tensor cores (ping-pong)",
-     {"pingpong": True, "q_buffers": 1, "programs": "sm"}),
+     {"pingpong": True, "q_buffers": 1, "programs": "sm", "snake": False}),
     ("the next item's Q loaded while this one computes (two Q buffers)",
-     {"pingpong": True, "q_buffers": 2, "programs": "sm"}),
+     {"pingpong": True, "q_buffers": 2, "programs": "sm", "snake": False}),
+    ("the persistent programs take their items in snake order, heavy with light",
+     {"pingpong": True, "q_buffers": 2, "programs": "sm", "snake": True}),
 ]
 
 

@@ -57,6 +57,19 @@ def causal_tiles_figure(seq_len: int, block_m: int, block_n: int, causal: bool =
     return fig
 
 
+def program_work_figure(work_by_order: Mapping[str, Sequence[int]], title: str) -> go.Figure:
+    """K/V tiles each persistent program multiplies through, one line per order of the items
+    (gluon_flash.program_key_blocks), programs sorted from busiest: the kernel lasts as long as the
+    first point, and the dashed line is where every program would end if the work were even."""
+    fig = go.Figure()
+    for name, work in work_by_order.items():
+        fig.add_scatter(y=sorted(work, reverse=True), mode="lines", name=f"{name}: busiest {max(work)}")
+    mean = sum(next(iter(work_by_order.values()))) / len(next(iter(work_by_order.values())))
+    fig.add_hline(y=mean, line_dash="dash", annotation_text=f"mean {mean:.0f}")
+    fig.update_layout(height=320, title=title, xaxis_title="program (busiest first)", yaxis_title="K/V tiles")
+    return fig
+
+
 def traffic_figure(rows: Sequence[Mapping], title: str = "HBM traffic, one forward") -> go.Figure:
     """Bars of counted HBM bytes (MiB, linear) per algorithm: rows {name, bytes}, standard attention first."""
     names = [r["name"] for r in rows]

@@ -576,7 +576,11 @@ display_fig
 #   in its turn, passes the turn on, and runs its softmax while the other's products run;
 # - the loading warp hands most of its registers to the computing ones (`setmaxnreg`), and the
 #   program is either **persistent** (one an SM, walking the work items) or one per item, as the
-#   first call at a shape measures faster.
+#   first call at a shape measures faster;
+# - a persistent program takes its items in **snake order** (`persistent_order`): every other round
+#   of items runs backwards over the programs, so a program that took a heavy causal item (one of
+#   the last query blocks, which see the most keys) takes a light one next. The figure after the
+#   compiler's account shows what that does to the work each program holds.
 #
 # The steps below continue past the Triton kernel's with this one, one change at a time.
 
@@ -603,6 +607,21 @@ if built:
        "memory (two Q buffers, the output, two K/V stages), and in its PTX "
        + ", ".join(f"{n} {what} (`{ins}`)" for ins, what in gluon_flash.HOPPER_PTX.items()
                    for n in [built["ptx_counts"][ins]]) + ".")
+
+# %% [markdown]
+# A persistent kernel ends when its busiest program does. The work each program holds is
+# arithmetic, not a measurement: count the K/V tiles of the items each one takes
+# (`program_key_blocks`), here at the acceptance shape on an H200's 132 SMs.
+
+# %%
+SMS = 132    # an H200's streaming multiprocessors, one persistent program each
+work = {order: gluon_flash.program_key_blocks(4096, 4 * 16, SMS, causal=True, snake=order == "snake")
+        for order in ("round-robin", "snake")}
+mean_work = sum(work["snake"]) / SMS
+md("Causal, B4 H16 S4096: the busiest program holds " + " and ".join(
+   f"**{max(w) / mean_work - 1:.0%}** more than the mean in {order} order" for order, w in work.items())
+   + ". Snake order leaves only the rounding of the items into whole rounds.")
+aplots.program_work_figure(work, "Work per persistent program, causal B4 H16 S4096, 132 programs")
 
 # %%
 steps_record = own if DEVICE == "cuda" and own.get("steps") else ref
