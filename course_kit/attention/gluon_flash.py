@@ -16,8 +16,8 @@ threads) owns 128 query rows of one head at a time and has three roles:
   softmax while the other's products keep the tensor cores busy;
 * **one persistent program an SM**, or one program a work item, whichever the first call at a
   shape measures faster (`programs`); with two Q buffers (Q_BUFFERS) the loader brings the next
-  item's Q while this one computes; persistent programs take their items in snake order
-  (`persistent_order`), so each holds about as much causal work as the others;
+  item's Q while this one computes; causal, persistent programs take their items in snake order
+  (`persistent_order`), so each holds about as much work as the others;
 * **registers go where the work is**: the loading warp gives most of its registers back
   (setmaxnreg) and the computing warpgroups take them.
 
@@ -323,13 +323,15 @@ def _descriptor(t: torch.Tensor, block_rows: int) -> "GluonDescriptor":
 
 def gluon_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                           scale: float | None = None, programs: int | None = None, q_buffers: int = 2,
-                          pingpong: bool = True, snake: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+                          pingpong: bool = True, snake: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward on [B, H, S, D] tensors (K/V heads dividing H); returns O and the natural-log LSE.
 
     programs: how many programs to launch (None: the faster of one an SM and one a work item,
     measured at the first call for this shape); q_buffers 1 or 2; pingpong: the computing
     warpgroups take turns at the tensor cores; snake: persistent programs take their items in
-    snake order (`persistent_order`), else round-robin. These are the steps notebook 08 times.
+    snake order (`persistent_order`), else round-robin (None: snake order when causal, where the
+    items' work differs; with equal items it balances nothing, and measured slower). These are
+    the steps notebook 08 times.
     """
     usable, reason = gluon_usable(q, k, v)
     if not usable:
@@ -343,6 +345,7 @@ def gluon_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
     if not scale > 0:
         raise ValueError(f"scale must be > 0; got {scale}")
+    snake = causal if snake is None else snake
     q, k, v = (t.contiguous() for t in (q, k, v))
     out = torch.empty_like(q)
     lse = torch.empty((batch, n_q_heads, seq_q), dtype=torch.float32, device=q.device)
@@ -418,10 +421,11 @@ _chosen_programs: dict[tuple, int] = {}
 
 
 def chosen_programs(seq_len: int, batch_heads: int, head_dim: int, causal: bool) -> int | None:
-    """How many programs the default kernel (two Q buffers, ping-pong, snake order) launches at this
-    shape, as its first call there measured; None before any."""
+    """How many programs the default kernel (two Q buffers, ping-pong, snake order when causal)
+    launches at this shape, as its first call there measured; None before any."""
+    default = (seq_len, batch_heads, head_dim, causal, 2, True, causal)
     for key, programs in _chosen_programs.items():
-        if (key[0], key[2], key[4], key[5], *key[7:10]) == (seq_len, batch_heads, head_dim, causal, 2, True, True):
+        if (key[0], key[2], key[4], key[5], *key[7:10]) == default:
             return programs
     return None
 

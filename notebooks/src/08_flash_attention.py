@@ -577,10 +577,11 @@ display_fig
 # - the loading warp hands most of its registers to the computing ones (`setmaxnreg`), and the
 #   program is either **persistent** (one an SM, walking the work items) or one per item, as the
 #   first call at a shape measures faster;
-# - a persistent program takes its items in **snake order** (`persistent_order`): every other round
-#   of items runs backwards over the programs, so a program that took a heavy causal item (one of
-#   the last query blocks, which see the most keys) takes a light one next. The figure after the
-#   compiler's account shows what that does to the work each program holds.
+# - causal, a persistent program takes its items in **snake order** (`persistent_order`): every
+#   other round of items runs backwards over the programs, so a program that took a heavy item (one
+#   of the last query blocks, which see the most keys) takes a light one next. The figure after the
+#   compiler's account shows what that does to the work each program holds. Without a mask every
+#   item is as heavy as the next, so the order balances nothing there and stays round-robin.
 #
 # The steps below continue past the Triton kernel's with this one, one change at a time.
 
