@@ -42,3 +42,33 @@ def test_blog_token_sentence_follows_the_agreement_and_dtype():
     bug = blog_token_agreement({**base, "engine_hf_agreement": 0.5, "dtype": "float32"})
     assert "real difference" in bug and "round" not in bug
     assert blog_token_agreement({"engine_hf_agreement": None}) == ""
+
+
+def test_hf_cpu_cache_sizes_come_from_the_workload():
+    from course_kit.benchmarks.batching import hf_cpu_cache_sizes
+    sizes = hf_cpu_cache_sizes((32, 6, 4))
+    assert sizes["num_blocks"] == 4 * 1 + 1 and sizes["max_batch_tokens"] == 256
+    assert hf_cpu_cache_sizes((300, 300, 2))["num_blocks"] == 2 * 3 + 1
+    assert hf_cpu_cache_sizes((4096, 8, 8))["max_batch_tokens"] == 8192
+    with pytest.raises(ValueError, match="hints"):
+        hf_cpu_cache_sizes((0, 6, 4))
+
+
+def test_hf_generate_batch_runs_with_little_free_ram(monkeypatch):
+    """CI once failed here: HF sized its CPU cache from free RAM, and late in the test session there was
+    too little of it ("num_sectors = -13"). The course sizes HF's cache from the workload instead."""
+    import psutil
+    import torch
+    from course_kit.benchmarks.batching import hf_generate_batch
+    from course_kit.models import llama
+    real = psutil.virtual_memory
+
+    def scarce():                     # the machine seems to have 1.5 GiB beyond this process
+        v = real()
+        return type(v)(**{**v._asdict(), "total": psutil.Process().memory_info().rss + 1536 * 2**20})
+    monkeypatch.setattr(psutil, "virtual_memory", scarce)
+    model = llama.Transformer.from_preset("tiny", seed=0, dtype=torch.float32, device="cpu")
+    hf = llama.to_hf(model)
+    prompts = [[1, 2, 3, 4, 5], [6, 7, 8]]
+    tokens, settings = hf_generate_batch(hf, prompts, [4, 4])
+    assert [len(t) for t in tokens] == [4, 4] and settings["num_blocks"] == 3

@@ -31,7 +31,7 @@ from ..engine import SamplingParams
 from ..engine.async_loop import AsyncEngine
 from ..models import llama
 from ..streams.timeline import _merged
-from .batching import drain_requests
+from .batching import drain_requests, hf_cpu_cache_sizes
 
 CLAIM = {"source": "Hugging Face blog, R. Ouazan Reboul, P. Cuenca, A. Roy Gosthipaty, "
                    "'Unlocking asynchronicity in continuous batching', 14 May 2026",
@@ -127,8 +127,8 @@ def hf_runner(hf, slots: int, use_async: bool, hints: tuple[int, int, int]):
     cuda = hf.device.type == "cuda"
     wanted = {"use_async_batching": use_async, "use_cuda_graph": cuda, "auto_switch_to_flash": True,
               "max_requests_per_batch": slots}
-    if not cuda:    # HF sizes its cache from free memory: on a CPU that is the machine's RAM; keep it small
-        wanted["max_memory_percent"] = 0.02
+    if not cuda:
+        wanted.update(hf_cpu_cache_sizes(hints))
     settings = {k: v for k, v in wanted.items() if k in fields}
     used = dict(settings)          # what was asked, and what HF decided (filled in by a run)
     cm = hf.continuous_batching_context_manager

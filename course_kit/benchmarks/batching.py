@@ -107,6 +107,23 @@ def hf_generate_static(hf, prompts: list[list[int]], news: list[int], batch: int
     return outs
 
 
+def hf_cpu_cache_sizes(hints: tuple[int, int, int], page_size: int = 256) -> dict:
+    """ContinuousBatchingConfig sizes for a CPU run, from the workload (longest prompt, longest output,
+    requests): room for every request at full length and one batch of every prompt.
+
+    Left to itself HF sizes its cache and batch from the machine's free RAM, as it does a GPU's free
+    memory; on a CPU that is whatever the process has not used, so the same run fails on a machine, or
+    late in a test session, with less RAM left ("Invalid values: max_batch_tokens = 8192, num_sectors
+    = -13"). Sizes from the workload need a few MB; the memory share is then only HF's ceiling check."""
+    prompt, new, requests = hints
+    if min(prompt, new, requests) < 1:
+        raise ValueError(f"hints (longest prompt, longest output, requests) must all be >= 1, got {hints}")
+    pages_per_request = -(-(prompt + new) // page_size)
+    return {"num_blocks": requests * pages_per_request + 1,
+            "max_batch_tokens": min(8192, max(page_size, prompt * requests)),
+            "max_memory_percent": 0.9}
+
+
 def hf_generate_batch(hf, prompts: list[list[int]], news: list[int], hints: tuple[int, int, int] | None = None,
                       keep: bool = False, graphs: bool = True) -> tuple[list[list[int]], dict]:
     """HF continuous batching, configured at its best here; returns tokens and the settings used.
@@ -128,8 +145,8 @@ def hf_generate_batch(hf, prompts: list[list[int]], news: list[int], hints: tupl
     if ContinuousBatchingConfig is not None and "continuous_batching_config" in sig:
         fields = inspect.signature(ContinuousBatchingConfig).parameters
         wanted = {"use_cuda_graph": cuda, "auto_switch_to_flash": True}
-        if hf.device.type == "cpu":    # on a CPU HF sizes its cache from free RAM (12 GB for the tiny model)
-            wanted["max_memory_percent"] = 0.02
+        if hf.device.type == "cpu":
+            wanted.update(hf_cpu_cache_sizes(hints or (max(len(p) for p in prompts), max(news), len(prompts))))
         cfg = {k: v for k, v in wanted.items() if k in fields}
         kwargs["continuous_batching_config"] = ContinuousBatchingConfig(**cfg)
         settings.update(cfg)
