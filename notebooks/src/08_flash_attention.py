@@ -583,7 +583,12 @@ display_fig
 #   compiler's account shows what that does to the work each program holds. Without a mask every
 #   item is as heavy as the next, so the order balances nothing there and stays round-robin.
 #
-# The steps below continue past the Triton kernel's with this one, one change at a time.
+# The steps below continue past the Triton kernel's with this one, one change at a time. Two
+# Gluon tries were dropped on the way: peeling the masked blocks into a loop of their own, which
+# ended in an illegal memory access once the program held two Q buffers
+# (`logs/gluon-attn-5-s11.jsonl`), and overlapping a warpgroup's softmax with its own next
+# products, which was slower at every head dimension of 128 (`logs/gluon-attn-8-s12.jsonl`,
+# `logs/gluon-overlap-verdict-s12.txt`).
 
 # %%
 if gluon_flash.HAS_GLUON:
