@@ -149,3 +149,22 @@ def test_the_program_count_is_the_one_measured_faster():
     assert gluon_flash._faster(lambda n: time.sleep(slow[n]), (132, 1 << 30), torch.device("cpu")) == 1 << 30
     slow = {132: 1e-4, 1 << 30: 2e-3}
     assert gluon_flash._faster(lambda n: time.sleep(slow[n]), (132, 1 << 30), torch.device("cpu")) == 132
+
+
+@needs_gluon
+def test_descriptors_share_the_tile_layout_built_once(monkeypatch):
+    # at short lengths a call's time is the host's: the four descriptors of a call must not each
+    # work out the same shared-memory layout again (a CPU tensor stands in: only shape and dtype matter)
+    built = []
+    real = gluon_flash.gl.NVMMASharedLayout.get_default_for
+    monkeypatch.setattr(gluon_flash.gl.NVMMASharedLayout, "get_default_for",
+                        lambda *a, **kw: built.append(a) or real(*a, **kw))
+    gluon_flash._tile_layout.cache_clear()
+    q, k = torch.empty(2, 4, 256, 128, dtype=torch.bfloat16), torch.empty(2, 2, 256, 128, dtype=torch.bfloat16)
+    for _ in range(3):
+        descs = [gluon_flash._descriptor(q, gluon_flash.BLOCK_M // 2), gluon_flash._descriptor(k, gluon_flash.BLOCK_N),
+                 gluon_flash._descriptor(k, gluon_flash.BLOCK_N), gluon_flash._descriptor(q, gluon_flash.BLOCK_M // 2)]
+    assert len(built) == 2                          # one per tile shape, not one per descriptor and call
+    assert descs[0].layout is descs[3].layout and descs[1].layout is descs[2].layout
+    assert descs[0].layout == real([gluon_flash.BLOCK_M // 2, 128], gluon_flash.gl.bfloat16)
+    assert descs[1].block_shape == [gluon_flash.BLOCK_N, 128] and descs[1].shape == [2 * 2 * 256, 128]

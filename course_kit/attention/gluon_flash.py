@@ -30,6 +30,7 @@ causal or not, and GQA.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -313,12 +314,20 @@ def runs_here(device: torch.device, dtype: torch.dtype) -> bool:
     return gluon_usable(probe, probe, probe)[0]
 
 
+@functools.lru_cache(maxsize=None)
+def _tile_layout(block_rows: int, head_dim: int, dtype: torch.dtype) -> "gl.NVMMASharedLayout":
+    """The shared-memory layout of a [block_rows, head_dim] tile. Built once per tile shape: Gluon
+    works it out in Python, and at short lengths, where a call's time is the host's, building it
+    for all four descriptors on every call was a large part of that time."""
+    gl_dtype = gl.float16 if dtype == torch.float16 else gl.bfloat16
+    return gl.NVMMASharedLayout.get_default_for([block_rows, head_dim], gl_dtype)
+
+
 def _descriptor(t: torch.Tensor, block_rows: int) -> "GluonDescriptor":
     """A TMA descriptor over the [B*H*S, D] view of t, read in [block_rows, D] tiles."""
     flat = t.view(-1, t.shape[-1])
-    gl_dtype = gl.float16 if t.dtype == torch.float16 else gl.bfloat16
-    layout = gl.NVMMASharedLayout.get_default_for([block_rows, flat.shape[1]], gl_dtype)
-    return GluonDescriptor(flat, list(flat.shape), list(flat.stride()), [block_rows, flat.shape[1]], layout)
+    return GluonDescriptor(flat, list(flat.shape), list(flat.stride()), [block_rows, flat.shape[1]],
+                           _tile_layout(block_rows, flat.shape[1], t.dtype))
 
 
 def gluon_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
