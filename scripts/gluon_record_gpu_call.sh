@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Issue 26: the attention record and notebook 08 on one H200, at this commit.
-#   . .whl/activate.sh && bash scripts/gluon_record_gpu_call.sh [log-suffix]     (up to 10 minutes)
+#   . .whl/activate.sh && bash scripts/gluon_record_gpu_call.sh LOG_SUFFIX     (up to 10 minutes)
 # `bench attention`, then notebook 08 recorded against that new record (copied into this machine's
 # tree first: 08's reference cells read data/reference/h200/attention.json, and session 14's first
 # call recorded 08 against the old one), then the attention GPU tests while time is left. At most
 # eight files come back from the machine, so everything lands in three folders and few files.
 set -uo pipefail
 SECONDS=0
-S=${1:-s14c}
+S=${1:?name the log suffix, e.g. s15: each call's logs keep their own names}
 L="$OUT/h200/logs"; mkdir -p "$L"
 timeout 220 python3 -m course_kit bench attention --out "$OUT/h200" > "$L/bench-attention-$S.log" 2>&1
 echo "bench rc=$? at ${SECONDS}s"
