@@ -7,7 +7,7 @@
 # eight files come back from the machine, so everything lands in three folders and few files.
 set -uo pipefail
 SECONDS=0
-S=${1:?name the log suffix, e.g. s15: each call's logs keep their own names}
+S=${1:?name the log suffix, e.g. s15, so that every call keeps its own logs}
 L="$OUT/h200/logs"; mkdir -p "$L"
 timeout 220 python3 -m course_kit bench attention --out "$OUT/h200" > "$L/bench-attention-$S.log" 2>&1
 echo "bench rc=$? at ${SECONDS}s"
