@@ -1,44 +1,46 @@
 """course_kit: the real implementations behind the accelerated-AI course notebooks.
 
-Its modules and packages (DESIGN.md maps them to the notebooks):
+One package per lecture holds its lesson code; the foundation and the cross-cutting layers sit
+beside them. DESIGN.md draws the whole map (lecture -> package -> widget -> plot -> benchmark ->
+checks).
 
-    batching_live   One live run of the engine for notebook 06's widget: policy, slots, chunk size and ...
-    bench           Honest timing: warm-up, CUDA events (or a synchronise before host clocks), medians, ...
-    benchtable      The README's benchmarks table, rendered from the records: the one place engineering ...
-    buckets         CUDA-graph buckets for a trace: which batch sizes to capture, and what padding costs ...
-    capture         Graph capture four ways: torch.jit.trace, torch.jit.script, torch.fx.symbolic_trace, ...
-    capture_gallery Notebook 04's capture gallery: one trap x one capture method, captured and run for real.
-    capture_traps   The traps of graph capture, each shown by running it.
-    cli             The `course-kit` command: doctor, bench, record, and the subcommands other modules ...
-    colab           Installing the course on Colab: what every notebook's setup cell does there ...
-    cuda_graphs     CUDA graphs for decoding: launch overhead, capture and replay, one graph per batch size.
-    decode_explain  Where the time of a decode step goes, from a `course-kit bench cuda_graphs` record ...
-    device          What the machine at hand can do: GPU name, capability, memory, versions, and the ...
-    ladder          The technique ladder of notebook 10: each technique's share of the capstone's ...
-    loadgen         The arithmetic of a serving load test (notebook 06, `course-kit bench serving`): ...
-    memory          How much memory a model needs: weights, training state, activations, KV cache, per GPU.
-    narrate         The words of "what just happened": comparisons whose wording follows the numbers.
-    nbbuild         Build the two builds of every notebook from its one py:percent source ...
-    notebook        The thin notebook layer: show real source, label GPU-only sections, state results in ...
-    reference       Recorded results: `data/reference/<gpu-slug>/<topic>.json`, written by `course-kit ...
-    roofline        The two ceilings every later notebook is placed against: memory bandwidth and matmul ...
-    serve           An async completion server around the engine: `course-kit serve`.
-    serve_client    Streaming load clients for `course-kit bench serving` (notebook 06): open-loop ...
-    serve_guard     Guards of `course_kit.serve` (notebook 06) against hostile request bodies.
-    traces          Where request traces live (data/traces/*.jsonl) and how a name finds one ...
-    amp             Automatic mixed precision: precision modes, a hand-written loss scaler, one training ...
-    attention       Attention: every way the course computes it, from the textbook formula to Triton ...
-    benchmarks      
-    decode_kernels  Triton kernels for the batch-1 decode step (notebook 05): a matrix-vector kernel with ...
-    compile_modes   torch.compile's modes: timing, graphs and breaks, recompiles, generated code, kernel ...
-    dtypes          Number formats for deep learning: layouts, limits, rounding as torch does it, ...
-    engine          The course's inference engine (notebook 06): paged KV cache, three batching ...
-    grading         Exercise checks (every notebook's exercises) and, apart, the instructor's tools.
-    models          The course's models, built from config with seeded weights or loaded from HF weights.
-    parallel        Parallelism on several processes: data, tensor, pipeline, expert and context parallel.
-    plots           Pure functions that return plotly figures; one module per topic.
-    streams         CUDA streams, events and overlap: demonstrations on a GPU, and their CPU stand-in.
-    widgets         ipywidgets UIs on top of the lessons' pure functions: one file per topic, controls ...
+Lectures:
+    roofline        00 start here: measured bandwidth and matmul FLOP/s, an operation's place under them
+    dtypes          01 number formats: layouts, limits, rounding, quantisation, memory per dtype
+    amp             02 autocast, loss scaling, GradScaler, one training step per precision mode
+    compile_modes   03 torch.compile's modes: timing, graph breaks, recompiles, generated code
+    capture         04 graph capture: jit.trace, jit.script, fx, torch.export, and their traps
+    cuda_graphs     05 launch overhead, capture and replay, a decode step per batch size, Triton step
+    batching        06 the engine served and loaded: live runs, the server, load clients
+    streams         07 CUDA streams, events and overlap, and their CPU stand-in
+    attention       08 every way the course computes attention, up to Triton and Gluon kernels
+    parallel        09 data, tensor, pipeline, expert and context parallelism on several processes
+    capstone        10 the technique ladder of the capstone workload
+Core, shared by lectures:
+    models          the course's Llama (loads HF weights), caches, sampling, a tiny GPT
+    engine          the inference engine: scheduler, block manager, model runner, async loop (06, 07, 10)
+Foundation:
+    device          what the machine can do: GPU, capability, dtype, sizes, peaks (the one owner of
+                    device, capability and dtype decisions)
+    bench           honest timing: warm-up, CUDA events, medians, rotation; the bench topic registry
+    reference       recorded results under data/reference/<gpu-slug>/
+    traces          where request traces live (data/traces/) and how a name finds one
+    narrate         the words of "what just happened": comparisons whose wording follows the numbers
+Layers on top:
+    plots           pure functions that return plotly figures; one module per topic
+    widgets         ipywidgets UIs on the lessons' pure functions
+    notebook        the thin notebook layer: show real source, banners, records, OOM as a skip
+    benchmarks      one module per `course-kit bench TOPIC`
+    grading         exercise checks and, apart, the instructor's release and grade tools
+    benchtable      the README's benchmarks table, rendered from the records
+    nbbuild         the learner's, solved and CI builds of every notebook from its source
+    colab           what every notebook's setup cell does on Colab
+    cli             the `course-kit` command: doctor, bench, record, serve, release, grade
+    _moved          old import paths of modules that moved into lecture packages, still served
 """
 
 __version__ = "0.1.0"
+
+from . import _moved
+
+_moved.install()   # old import paths (a notebook saved before the move) still resolve

@@ -215,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     record.set_defaults(func=_record)
 
     # Subcommands owned by other modules: grading (release, grade) and serving (serve).
-    for module in ("course_kit.grading.instructor.cli", "course_kit.serve"):
+    for module in ("course_kit.grading.instructor.cli", "course_kit.batching.server"):
         try:
             register = getattr(importlib.import_module(module), "register", None)
         except ImportError:

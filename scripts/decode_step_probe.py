@@ -1,4 +1,4 @@
-"""Tuning runs for issue 25: the Triton decode step (course_kit/decode_kernels) on a GPU.
+"""Tuning runs for issue 25: the Triton decode step (course_kit/cuda_graphs/decode_kernels) on a GPU.
 
 Three parts, one JSON file (written after each part, so a cut-off run keeps what it measured):
 1. "gemv": each of the layer's products (wqkv+norm, wo+residual, w13+norm, w2+swiglu+residual,
@@ -30,13 +30,15 @@ import time
 import torch
 import torch.nn.functional as F
 
-from course_kit import bench, cuda_graphs, roofline
+from course_kit import bench
+from course_kit.cuda_graphs import runner as cuda_graphs
+from course_kit.roofline import ceilings as roofline
 from course_kit.benchmarks.cuda_graphs import (SIZES, agreement, keys_attended, kernel_profile, prompts_for,
                                                time_steps, triton_fp32_vs_hf)
 from course_kit.benchmarks.model import weight_bytes
 from course_kit.attention.paged_triton import paged_decode_triton
-from course_kit.decode_kernels import constants, gemv as G
-from course_kit.decode_kernels import step as S
+from course_kit.cuda_graphs.decode_kernels import constants, gemv as G
+from course_kit.cuda_graphs.decode_kernels import step as S
 from course_kit.models import llama
 
 CALLS = 16

@@ -1,6 +1,6 @@
 """Tuning runs for issue 25 under tensor parallelism: the Triton decode step on each rank's shard.
 
-Each variant is the Triton step (course_kit/decode_kernels) on the TP shards of a model, with
+Each variant is the Triton step (course_kit/cuda_graphs/decode_kernels) on the TP shards of a model, with
 its sums folded into the products (exchange="auto", decode_kernels/exchange.py) or with the
 one-shot all-reduce after each row-parallel product (exchange=None), and module constants of
 decode_kernels.gemv set for the run (PROGRAMS_PER_SM, TILE, NUM_WARPS: the block shapes of the
@@ -30,8 +30,8 @@ def probe_rank(rank: int, world_size: int, models: list[str], variants: list, st
     import torch
     import torch.distributed as dist
 
-    from course_kit.decode_kernels import constants, gemv as G
-    from course_kit.decode_kernels.step import TritonDecodeStep
+    from course_kit.cuda_graphs.decode_kernels import constants, gemv as G
+    from course_kit.cuda_graphs.decode_kernels.step import TritonDecodeStep
     from course_kit.parallel import measure, oneshot
 
     cuda = torch.cuda.is_available()

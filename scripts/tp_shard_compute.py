@@ -10,8 +10,8 @@ data/reference/h200/logs/tp2-shard-compute-s10.json.
 """
 import json, statistics, sys
 import torch
-from course_kit.decode_kernels import constants, gemv as G
-from course_kit.decode_kernels.step import TritonDecodeStep
+from course_kit.cuda_graphs.decode_kernels import constants, gemv as G
+from course_kit.cuda_graphs.decode_kernels.step import TritonDecodeStep
 from course_kit.parallel import measure
 from course_kit.parallel.tp_llama import shard_llama
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from course_kit import buckets
+from course_kit.cuda_graphs import buckets
 from course_kit.widgets.cuda_graphs import GraphBuckets
 
 

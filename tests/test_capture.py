@@ -1,11 +1,12 @@
-"""course_kit.capture and capture_traps: each method's behaviour, checked by running it against eager."""
+"""course_kit.capture.methods and capture_traps: each method's behaviour, checked by running it against eager."""
 from __future__ import annotations
 
 import pytest
 import torch
 from torch.export import Dim
 
-from course_kit import capture, capture_traps as traps, grading
+from course_kit import grading
+from course_kit.capture import methods as capture, traps
 
 CASES = {c.name: c for c in capture.CASES}
 

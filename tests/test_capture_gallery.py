@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from course_kit import capture_gallery as cg
+from course_kit.capture import gallery as cg
 from course_kit.widgets.capture import CaptureGallery
 
 

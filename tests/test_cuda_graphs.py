@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from course_kit import cuda_graphs as cg
+from course_kit.cuda_graphs import pitfalls, runner as cg
 from course_kit.models import llama
 
 
@@ -76,7 +76,7 @@ def test_launch_overhead_and_pitfalls_on_cpu():
     out = cg.launch_overhead(n_kernels=50, repeat=3, device="cpu")
     assert out["eager_us_per_kernel"] > 0 and out["ratio"] is None
     if not torch.cuda.is_available():
-        notes = cg.run_pitfalls()
+        notes = pitfalls.run_pitfalls()
         assert [p["pitfall"] for p in notes] == ["CPU sync inside capture", "dynamic shapes",
                                                  "allocation during capture", "RNG"]
 
@@ -96,7 +96,7 @@ def test_graph_replay_gives_the_same_greedy_tokens_as_eager(batch):
 
 @pytest.mark.gpu
 def test_pitfalls_each_show_their_failure():
-    found = {p["pitfall"]: p for p in cg.run_pitfalls()}
+    found = {p["pitfall"]: p for p in pitfalls.run_pitfalls()}
     assert found["CPU sync inside capture"]["error"]
     for name in ("dynamic shapes", "allocation during capture", "RNG"):
         assert found[name]["wrong"] is True, found[name]
@@ -137,7 +137,7 @@ def _decode_record(with_profiles: bool = True) -> tuple[dict, list[dict]]:
 
 
 def test_decode_explanations_state_the_ratio_and_split_the_time():
-    from course_kit.decode_explain import explain_hbm, explain_reduce_overhead, gemm_split, is_gemm
+    from course_kit.cuda_graphs.explain import explain_hbm, explain_reduce_overhead, gemm_split, is_gemm
     assert is_gemm("nvjet_sm90_tst_64x8_64x16_4x1_v_bx_splitK_TNT") and not is_gemm("fmha_cutlassF_bf16")
     s, rows = _decode_record()
     ro = explain_reduce_overhead(s, rows)
@@ -160,7 +160,7 @@ def test_decode_explanations_state_the_ratio_and_split_the_time():
 
 
 def test_reduce_overhead_ratio_words_follow_the_direction():
-    from course_kit.decode_explain import explain_reduce_overhead
+    from course_kit.cuda_graphs.explain import explain_reduce_overhead
     s, rows = _decode_record()
     s["reduce_overhead_vs_runner"] = 1.25
     assert "1.25x faster than the runner" in explain_reduce_overhead(s, rows)
@@ -171,7 +171,7 @@ def test_reduce_overhead_ratio_words_follow_the_direction():
 def test_live_reduce_overhead_compares_like_with_like():
     """Issue 19 item 5: the live 1.188 ms step is compared with the live graph runner (2.600 ms), the
     recorded 2.703 ms with the recorded graph runner (3.071 ms); the two runs are labelled apart."""
-    from course_kit.decode_explain import explain_reduce_overhead_live
+    from course_kit.cuda_graphs.explain import explain_reduce_overhead_live
     text = explain_reduce_overhead_live(1.188, 2.600, 2.703, 3.071, gpu="NVIDIA H200")
     assert text.startswith("This run (live), batch 1: reduce-overhead 1.188 ms")
     assert "2.19x faster than it" in text and "Recorded on NVIDIA H200" in text
@@ -194,7 +194,7 @@ def test_first_error_of_a_failed_capture_is_the_one_reported():
             raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
     with pytest.raises(RuntimeError) as info:
         capture_like()
-    first, then = cg.first_error(info.value)
+    first, then = pitfalls.first_error(info.value)
     assert first == "RuntimeError: CUDA error: operation not permitted when stream is capturing"
     assert then == "RuntimeError: CUDA error: operation failed due to a previous error during capture"
-    assert cg.first_error(ValueError("alone")) == ("ValueError: alone", None)
+    assert pitfalls.first_error(ValueError("alone")) == ("ValueError: alone", None)

@@ -10,9 +10,9 @@ import threading
 import pytest
 import torch
 
-from course_kit.decode_kernels import exchange as X
-from course_kit.decode_kernels import gemv as G
-from course_kit.decode_kernels.step import TritonDecodeStep
+from course_kit.cuda_graphs.decode_kernels import exchange as X
+from course_kit.cuda_graphs.decode_kernels import gemv as G
+from course_kit.cuda_graphs.decode_kernels.step import TritonDecodeStep
 from course_kit.models import llama
 from course_kit.parallel.tensor import kv_heads_of_rank
 from course_kit.parallel.tp_llama import shard_llama

@@ -1,4 +1,4 @@
-"""The Triton decode step (course_kit/decode_kernels, notebook 05), each kernel against an oracle.
+"""The Triton decode step (course_kit/cuda_graphs/decode_kernels, notebook 05), each kernel against an oracle.
 
 On a CPU the kernels run in Triton's interpreter on tiny shapes: the matrix-vector kernel against a
 float64 product of the eager step's own operations (RMSNorm module, F.silu), RoPE and the K/V append
@@ -12,9 +12,9 @@ import torch.nn.functional as F
 
 pytest.importorskip("triton")
 
-from course_kit import cuda_graphs as cg  # noqa: E402
-from course_kit.decode_explain import explain_hbm, explain_kernels, forms_table, serial_profile  # noqa: E402
-from course_kit.decode_kernels import argmax, gemv as G, qkv_rope as QR, step as S  # noqa: E402
+from course_kit.cuda_graphs import runner as cg
+from course_kit.cuda_graphs.explain import explain_hbm, explain_kernels, forms_table, serial_profile
+from course_kit.cuda_graphs.decode_kernels import argmax, gemv as G, qkv_rope as QR, step as S
 from course_kit.models import llama  # noqa: E402
 
 BF16_ULP = 2.0 ** -7   # relative spacing of bf16 numbers near 1
@@ -307,7 +307,7 @@ def test_gpu_triton_runner_gives_hf_greedy_tokens_in_fp32():
 
 
 def test_constants_sets_knobs_for_a_run_and_puts_them_back():
-    from course_kit.decode_kernels import constants, gemv, step
+    from course_kit.cuda_graphs.decode_kernels import constants, gemv, step
     tile, splits = gemv.TILE, getattr(step, "SPLITS", None)
     with pytest.raises(RuntimeError):
         with constants({"TILE": 4096}, gemv, step):

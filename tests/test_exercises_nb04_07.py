@@ -26,7 +26,7 @@ def test_04_trap_measures_what_the_notebook_says():
 
 def test_04_notebook_and_checker_share_the_trap():
     """One CountCalls: the notebook shows and runs capture_traps' trap, and the checker measures the same one."""
-    from course_kit import capture_traps
+    from course_kit.capture import traps as capture_traps
     text = (nbbuild.SOURCES / "04_graph_capture.py").read_text()
     assert "TRAP = counter_trap()" in text and "class CountCalls" not in text
     assert nb04.trap_case().make is capture_traps.CountCalls

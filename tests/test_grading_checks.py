@@ -57,7 +57,7 @@ def test_04_exportable_and_hidden():
     _passes("04.exportable", Exportable)
     _passes("04.exportable_hidden", Exportable)
     _fails("04.exportable_hidden", ExportableNearMiss)
-    from course_kit.capture import ClipOrScale
+    from course_kit.capture.methods import ClipOrScale
     _fails("04.exportable", ClipOrScale, says="export")
 
 

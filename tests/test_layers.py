@@ -13,7 +13,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "course_kit"
 
 UI = ("course_kit.plots", "course_kit.widgets", "course_kit.notebook")
-FRONTS = ("course_kit.cli", "course_kit.nbbuild", "course_kit.grading", "course_kit.serve")
+FRONTS = ("course_kit.cli", "course_kit.nbbuild", "course_kit.grading", "course_kit.batching.server")
 FOUNDATION = ("course_kit.device", "course_kit.bench", "course_kit.reference")
 
 
@@ -101,7 +101,9 @@ def test_the_rules_catch_a_wrong_arrow(tmp_path):
 
 MAPPED = ["course_kit", "course_kit.amp", "course_kit.attention", "course_kit.benchmarks", "course_kit.compile_modes",
           "course_kit.dtypes", "course_kit.engine", "course_kit.models", "course_kit.parallel", "course_kit.plots",
-          "course_kit.streams", "course_kit.widgets", "course_kit.grading", "course_kit.grading.instructor"]
+          "course_kit.streams", "course_kit.widgets", "course_kit.grading", "course_kit.grading.instructor",
+          "course_kit.roofline", "course_kit.capture", "course_kit.cuda_graphs", "course_kit.cuda_graphs.decode_kernels",
+          "course_kit.batching", "course_kit.capstone"]
 
 
 @pytest.mark.parametrize("package", MAPPED)

@@ -1,4 +1,4 @@
-"""course_kit.memory against the ZeRO paper's bytes per parameter, the lecture's 7B figures,
+"""course_kit.dtypes.memory against the ZeRO paper's bytes per parameter, the lecture's 7B figures,
 HF transformers' own parameter counts and the Korthikanti et al. activation formula."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from course_kit import memory as m
+from course_kit.dtypes import memory as m
 
 
 def test_zero_paper_16_bytes_per_parameter():

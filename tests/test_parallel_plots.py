@@ -2,7 +2,7 @@
 import plotly.graph_objects as go
 import pytest
 
-from course_kit import memory
+from course_kit.dtypes import memory
 from course_kit.parallel import pipeline
 from course_kit.plots import parallel as pplots
 from course_kit.widgets.parallel import TPTradeoff, tradeoff
@@ -70,7 +70,7 @@ def test_new_figures_format_their_numbers():
 
 
 def test_capstone_waterfall_marks_switched_off_steps():
-    from course_kit import ladder
+    from course_kit.capstone import ladder
     from course_kit.plots.capstone import waterfall_figure
     steps = ladder.ladder({"HF generate": 100.0, "engine: continuous + paged KV": 150.0,
                            "engine: + async loop": 300.0})

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from course_kit import device, roofline
+from course_kit import device
+from course_kit.roofline import ceilings as roofline
 from course_kit.plots import roofline_figure
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from course_kit import roofline as R
+from course_kit.roofline import ceilings as R
 from course_kit.widgets.roofline import RooflineExplorer
 
 REF = json.loads((Path(__file__).resolve().parents[1] / "data/reference/h200/roofline.json").read_text())

@@ -9,7 +9,7 @@ import torch
 
 from course_kit.engine import Engine
 from course_kit.models import llama
-from course_kit.serve import BackgroundServer
+from course_kit.batching.server import BackgroundServer
 
 from test_engine import tiny_model
 
@@ -119,7 +119,7 @@ def test_cli_registers_serve():
     from course_kit.cli import build_parser
     args = build_parser().parse_args(["serve", "--policy", "static", "--port", "8123", "--max-num-seqs", "8"])
     assert args.policy == "static" and args.port == 8123 and args.max_num_seqs == 8
-    assert args.func.__module__ == "course_kit.serve"
+    assert args.func.__module__ == "course_kit.batching.server"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--policy", "greedy"])
 

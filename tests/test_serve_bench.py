@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from course_kit import loadgen
+from course_kit.batching import loadgen
 from course_kit.engine import Engine
-from course_kit.serve import BackgroundServer
-from course_kit.serve_client import LoadClient, _on_event, request_body
+from course_kit.batching.server import BackgroundServer
+from course_kit.batching.client import LoadClient, _on_event, request_body
 
 from test_engine import tiny_model
 
@@ -159,7 +159,7 @@ def test_the_figure_draws_the_record(smoke_record):
 def test_a_peer_that_cannot_start_is_recorded_with_its_own_error(tmp_path):
     """The real `transformers serve`, pointed at a folder with no model: its own error is kept."""
     from course_kit.benchmarks import serving
-    from course_kit.serve import free_port
+    from course_kit.batching.server import free_port
     port = free_port()
     (tmp_path / "empty").mkdir()
     p = {**serving._defaults("smoke", False), "startup_timeout_s": 90.0}

@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from course_kit.engine import Engine
-from course_kit.serve import BackgroundServer
-from course_kit.serve_guard import json_safe
+from course_kit.batching.server import BackgroundServer
+from course_kit.batching.guard import json_safe
 
 from test_engine import tiny_model
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from course_kit import memory
+from course_kit.dtypes import memory
 from course_kit.parallel import measure, tp_model as T
 
 ROOT = Path(__file__).resolve().parents[1] / "data" / "reference"

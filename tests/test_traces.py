@@ -3,7 +3,8 @@ import sys
 
 import pytest
 
-from course_kit import loadgen, traces
+from course_kit import traces
+from course_kit.batching import loadgen
 from course_kit.engine import trace
 
 
@@ -26,6 +27,6 @@ def test_an_unknown_trace_names_the_known_ones():
 
 def test_the_load_client_stays_free_of_torch():
     import subprocess
-    code = "import sys, course_kit.loadgen; print('torch' in sys.modules)"
+    code = "import sys, course_kit.batching.loadgen; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "False"

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from course_kit import batching_live as bl
+from course_kit.batching import live as bl
 from course_kit.engine.metrics import RequestOutput
 from course_kit.models import llama
 from course_kit.widgets.batching import LiveEngine

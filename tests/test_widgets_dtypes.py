@@ -6,7 +6,7 @@ import math
 import pytest
 
 from course_kit import dtypes
-from course_kit.memory import GB
+from course_kit.dtypes.memory import GB
 from course_kit.widgets.dtypes import OpExplorer, OverflowExplorer
 from course_kit.widgets.memory import MemoryEstimator, estimate
 

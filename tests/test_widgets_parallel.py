@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from course_kit import ladder
+from course_kit.capstone import ladder
 from course_kit.parallel import schedules, zero
 from course_kit.widgets.capstone import TechniqueLadder
 from course_kit.widgets.parallel import ZeroMemory
@@ -34,7 +34,7 @@ def test_zero_widget_shards_one_more_part_per_stage():
     totals = [sum(v.values()) for v in w.result.values()]
     assert totals == sorted(totals, reverse=True)
     n = zero.zero_bytes_per_gpu
-    from course_kit.memory import PRESETS
+    from course_kit.dtypes.memory import PRESETS
     assert totals[3] == pytest.approx(sum(n(PRESETS["8b"].n_params(), 8, 3).values()))
     before = totals[1]
     w.gpus.value = 64

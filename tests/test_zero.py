@@ -2,7 +2,7 @@
 parallelism's activation arithmetic against Korthikanti et al. (notebook 09)."""
 import pytest
 
-from course_kit import memory
+from course_kit.dtypes import memory
 from course_kit.parallel import launcher, sequence, zero
 
 

@@ -165,7 +165,7 @@ def graph_time(call: Callable[[], object], dev: torch.device, replays: int = 5) 
     """Seconds per call with the host left out: GRAPH_CALLS calls captured in one CUDA graph
     (cuda_graphs.capture, notebook 05), the median replay divided by GRAPH_CALLS. A variant that
     cannot be captured gives its error."""
-    from .. import cuda_graphs
+    from ..cuda_graphs import runner as cuda_graphs
     try:
         graph = cuda_graphs.capture(lambda: [call() for _ in range(GRAPH_CALLS)], warmup=1)
         t = bench.timeit(graph.replay, warmup=1, repeat=replays, device=dev)

@@ -23,10 +23,11 @@ import time
 
 import torch
 
-from .. import bench, cuda_graphs as cg
+from .. import bench
+from ..cuda_graphs import pitfalls, runner as cg
 from .. import device as device_info
 from ..compile_modes.kernels import is_annotation
-from ..decode_explain import explain_hbm, explain_kernels, explain_reduce_overhead, is_gemm
+from ..cuda_graphs.explain import explain_hbm, explain_kernels, explain_reduce_overhead, is_gemm
 from ..models import llama
 from .batching import hf_generate_greedy
 from .model import build, free, hf_generate_tokens_per_s, weight_bytes
@@ -206,7 +207,7 @@ def run(params: dict) -> dict:
 
     if spec.get("big"):
         summary.update(_bandwidth(spec, dtype, device, copy["gbs"], results))
-    summary["pitfalls"] = cg.run_pitfalls()
+    summary["pitfalls"] = pitfalls.run_pitfalls()
     summary["targets"] = TARGETS
     summary["meets"] = {
         "launch_ratio": summary["launch_ratio"] >= TARGETS["launch_ratio"],
@@ -279,7 +280,7 @@ BIG_FORMS = [("graph", {}), ("fused_graph", {"fuse": True}), ("triton_graph", {"
 
 def _bandwidth(spec, dtype, device, copy_gbs, results) -> dict:
     """llama-1b, batch 1: bytes read per token (weights + the K/V rows attended) over time per token."""
-    from ..decode_kernels.step import pdl_supported
+    from ..cuda_graphs.decode_kernels.step import pdl_supported
     big = spec["big"]
     model = llama.Transformer.from_preset(big, seed=0, dtype=dtype, device=device)
     cfg = model.config

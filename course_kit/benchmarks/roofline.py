@@ -1,7 +1,8 @@
 """`course-kit bench roofline`: the measured ceilings of notebook 00."""
 from __future__ import annotations
 
-from .. import bench, device, roofline
+from course_kit import bench, device
+from course_kit.roofline import ceilings as roofline
 
 
 @bench.topic("roofline", help="copy bandwidth and matmul TFLOP/s per dtype (the roofline of notebook 00)")

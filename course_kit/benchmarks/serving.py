@@ -36,10 +36,10 @@ import torch
 from .. import bench
 from .. import device as _device
 from ..engine import Engine, SamplingParams
-from .. import loadgen
+from ..batching import loadgen
 from ..models import llama
-from ..serve import free_port
-from ..serve_client import LoadClient, greedy_tokens, request_body
+from ..batching.server import free_port
+from ..batching.client import LoadClient, greedy_tokens, request_body
 
 HOST = "127.0.0.1"
 

@@ -8,6 +8,8 @@
 
 Modules:
 
+    memory          How much memory a model needs: weights, training state, activations, KV cache,
+                    per GPU (notebook 01's memory section and estimator; notebook 09's ZeRO).
     explain         Notebook 01's "what just happened" sentences, computed from the formats' limits and ...
     quant           int8 and int4 quantisation: symmetric or asymmetric scales, per tensor or per channel.
     woq             Weight-only quantisation in practice: int8 and int4 weights, bf16 activations ...

@@ -170,7 +170,7 @@ def _triton_step(model: llama.Transformer, exchange: Any = "auto") -> Any:
     from ..attention.availability import triton_status
     if not triton_status()[0]:
         return None
-    from ..decode_kernels.step import TritonDecodeStep
+    from ..cuda_graphs.decode_kernels.step import TritonDecodeStep
     return TritonDecodeStep(model, exchange=exchange)
 
 
@@ -256,7 +256,7 @@ def decode_on_rank(rank: int, world_size: int, model_name: str, dtype: str, prom
                 variants.append(("triton_graph_all_reduce", make_step(reducing, reducing.greedy)))
             variants.append(("triton_graph", make_step(triton_step, triton_step.greedy)))
             if world_size > 1:
-                from ..decode_kernels import exchange
+                from ..cuda_graphs.decode_kernels import exchange
                 row["triton_exchange"] = "folded" if triton_step.exchange is not None else exchange.why_not_folded
     if use_compile and dev.type == "cuda":
         try:

@@ -105,7 +105,7 @@ def _copy_shards(model: llama.Transformer, tp: TPTransformer, rank: int, n: int,
 def check_tp_triton_step(rank: int, world_size: int, preset: str = "tiny", seed: int = 0) -> dict[str, Any]:
     """One decode step of the Triton kernels (decode_kernels, notebook 05) on this rank's shard,
     against the unsharded model's own step: logits' relative error (fp32) and greedy tokens."""
-    from ..decode_kernels.step import TritonDecodeStep
+    from ..cuda_graphs.decode_kernels.step import TritonDecodeStep
     model = llama.Transformer.from_preset(preset, seed=seed, dtype=torch.float32)
     tp = shard_llama(model)
     caches = [llama.StaticKVCache(m.config, 2, 200) for m in (model, tp)]   # 200 keys: several slices
@@ -123,14 +123,14 @@ def check_folded_exchange(rank: int, world_size: int, preset: str = "tiny", step
     """On GPUs (NCCL and symmetric memory): the Triton step with the sums folded into the products
     (decode_kernels/exchange.py) against the same kernels with an all-reduce after each product,
     uncaptured and replayed from a CUDA graph, fp32, `steps` steps each."""
-    from ..decode_kernels.step import TritonDecodeStep
+    from ..cuda_graphs.decode_kernels.step import TritonDecodeStep
     dev = torch.device("cuda", torch.cuda.current_device())
     torch.backends.cuda.matmul.allow_tf32 = False
     model = llama.Transformer.from_preset(preset, seed=seed, dtype=torch.float32).to(dev)
     tp = shard_llama(model)
     folded, reducing = TritonDecodeStep(tp), TritonDecodeStep(tp, exchange=None)
     if folded.exchange is None:
-        from ..decode_kernels import exchange
+        from ..cuda_graphs.decode_kernels import exchange
         return {"folded": False, "why": exchange.why_not_folded}
     caches = [llama.StaticKVCache(tp.config, 2, 64, torch.float32, dev) for _ in range(2)]
     prompts = torch.randint(0, model.config.vocab_size, (2, 6), generator=torch.Generator().manual_seed(seed)).to(dev)

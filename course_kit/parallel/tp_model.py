@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from ..memory import ModelShape
+from ..dtypes.memory import ModelShape
 
 ALGORITHMS = ("ring", "one_shot")
 # Memory the reference H200 exposes to PyTorch, in GiB (torch.cuda.get_device_properties(0)
@@ -188,8 +188,8 @@ def tradeoff(model: str, costs: DecodeCosts, seq: int = 8192, batch: int = 1,
              weights_dtype: str = "bf16", algo: str = "ring",
              tps: tuple[int, ...] = (1, 2, 4, 8)) -> dict[str, dict]:
     """{"memory": {"TP=t": bytes per GPU by part}, "time": {"TP=t": step_s parts}} for a preset of
-    course_kit.memory: what the TP widget draws. Each GPU reads its weights and KV cache per step."""
-    from ..memory import PRESETS, bytes_per_param, per_gpu_bytes
+    course_kit.dtypes.memory: what the TP widget draws. Each GPU reads its weights and KV cache per step."""
+    from ..dtypes.memory import PRESETS, bytes_per_param, per_gpu_bytes
     if model not in PRESETS:
         raise ValueError(f"unknown model {model!r}; choose one of {list(PRESETS)}")
     shape = PRESETS[model]

@@ -65,7 +65,7 @@ def roofline_decode_figure(record: dict, copy_gbs: float | None = None) -> go.Fi
 def decode_forms_figure(record: dict, preset: str = "llama-1b") -> go.Figure:
     """The batch-1 step in each of its forms (one change at a time, as the bench builds them): ms per
     token, with the time reading the step's bytes once at the run's copy bandwidth would take."""
-    from ..decode_explain import BIG_FORM_WORDS
+    from course_kit.cuda_graphs.explain import BIG_FORM_WORDS
     rows = {r["variant"]: r for r in record["results"] if r.get("preset") == preset and r.get("batch") == 1
             and r.get("variant") in BIG_FORM_WORDS}
     forms = [f for f in BIG_FORM_WORDS if f in rows]

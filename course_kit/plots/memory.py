@@ -5,7 +5,7 @@ from typing import Mapping, Optional
 
 import plotly.graph_objects as go
 
-from ..memory import GB, GiB
+from ..dtypes.memory import GB, GiB
 
 __all__ = ["breakdown_figure"]
 

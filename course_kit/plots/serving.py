@@ -5,7 +5,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from ..loadgen import sweep_rows
+from course_kit.batching.loadgen import sweep_rows
 
 
 def latency_vs_load(record: dict, title: str | None = None) -> go.Figure:

@@ -11,7 +11,7 @@ import html
 import ipywidgets as W
 import plotly.graph_objects as go
 
-from ..batching_live import POLICIES, run_live
+from ..batching.live import POLICIES, run_live
 from ..plots.batching import live_figure
 from .dtypes import redraw
 

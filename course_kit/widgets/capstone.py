@@ -1,5 +1,5 @@
 """Notebook 10's technique ladder: a toggle per technique; the capstone record's waterfall
-(course_kit.ladder) redrawn at once, and a small live run on this machine behind a Run button
+(course_kit.capstone.ladder) redrawn at once, and a small live run on this machine behind a Run button
 (a few seconds: it builds the tiny model, runs HF generate and the engine variants switched on)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, Mapping
 import ipywidgets as W
 import plotly.graph_objects as go
 
-from .. import ladder
+from ..capstone import ladder
 from ..plots.capstone import live_figure, waterfall_figure
 from .dtypes import redraw
 

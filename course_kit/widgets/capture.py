@@ -9,8 +9,8 @@ import html
 import ipywidgets as W
 import plotly.graph_objects as go
 
-from ..capture import METHODS
-from ..capture_gallery import TRAPS, gallery_cell
+from ..capture.methods import METHODS
+from ..capture.gallery import TRAPS, gallery_cell
 from ..plots.capture import gallery_figure
 from .dtypes import redraw
 

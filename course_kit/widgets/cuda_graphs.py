@@ -13,7 +13,7 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from .. import narrate
-from ..buckets import bucket_cost
+from ..cuda_graphs.buckets import bucket_cost
 from ..plots.cuda_graphs import buckets_figure
 from .dtypes import redraw
 

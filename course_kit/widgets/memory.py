@@ -10,7 +10,7 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from .. import narrate
-from ..memory import GiB, GPU_MEMORY_GIB, PRESETS, per_gpu_bytes
+from ..dtypes.memory import GiB, GPU_MEMORY_GIB, PRESETS, per_gpu_bytes
 from ..plots.memory import breakdown_figure
 from .dtypes import redraw
 

@@ -1,6 +1,6 @@
 """Notebook 09's memory and time widgets.
 
-- `TPTradeoff`: tensor parallelism for a large model: GiB per GPU (course_kit.memory) and a decode
+- `TPTradeoff`: tensor parallelism for a large model: GiB per GPU (course_kit.dtypes.memory) and a decode
   step's modelled time (course_kit.parallel.tp_model, fitted on the 1- and 2-GPU records) at
   TP 1, 2, 4, 8, with the all-reduce algorithm, hop latency and bus bandwidth as controls.
 - `ZeroMemory`: data parallelism's training state per GPU at ZeRO stages 0-3
@@ -13,7 +13,7 @@ import html
 import ipywidgets as W
 import plotly.graph_objects as go
 
-from ..memory import PRESETS
+from ..dtypes.memory import PRESETS
 
 from ..parallel import tp_model, zero
 from ..plots.parallel import gib_bars_figure, step_time_figure

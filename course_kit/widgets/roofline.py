@@ -1,7 +1,7 @@
 """Notebook 00's roofline explorer: pick an operation, its size and dtype; see its arithmetic intensity
 and where it sits under the measured ceilings of this machine and of the reference GPU.
 
-The computation is `course_kit.roofline.op_cost` and `place` (pure, tested); each change costs a few
+The computation is `course_kit.roofline.ceilings.op_cost` and `place` (pure, tested); each change costs a few
 arithmetic operations and one figure. Same rendering path as notebook 01's widgets.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from ..plots.roofline import explorer_figure
-from ..roofline import DTYPE_BYTES, OPS, explain_place, op_cost, place
+from ..roofline.ceilings import DTYPE_BYTES, OPS, explain_place, op_cost, place
 from .dtypes import redraw
 
 __all__ = ["RooflineExplorer"]

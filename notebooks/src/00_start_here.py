@@ -32,7 +32,8 @@ REPEAT = P["repeat"]          # timed repeats (the median is reported)
 import plotly.graph_objects as go
 import torch
 
-from course_kit import bench, narrate, notebook, plots, reference, roofline, widgets
+from course_kit import bench, narrate, notebook, plots, reference, widgets
+from course_kit.roofline import ceilings as roofline
 from course_kit.notebook import md, show_source
 from course_kit.widgets.roofline import RooflineExplorer
 

@@ -41,7 +41,8 @@ import math
 import plotly.graph_objects as go
 import torch
 
-from course_kit import dtypes, memory, narrate, notebook, widgets
+from course_kit import dtypes, narrate, notebook, widgets
+from course_kit.dtypes import memory
 from course_kit.benchmarks import dtypes as bench_dtypes
 from course_kit.dtypes import ops
 from course_kit.dtypes.explain import explain_range_precision, explain_throughput, explain_weight_only

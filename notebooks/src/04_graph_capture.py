@@ -38,7 +38,8 @@ import warnings
 import torch
 from torch.export import Dim
 
-from course_kit import capture, capture_traps as traps, grading, narrate
+from course_kit import grading, narrate
+from course_kit.capture import methods as capture, traps
 from course_kit.notebook import md, show_source
 from course_kit.plots import capture as capture_plots
 from course_kit.widgets import show
@@ -265,7 +266,7 @@ course_kit.grading.check("04.exportable_hidden", ExportableClipOrScale)
 #    every later input.
 
 # %%
-from course_kit.capture_traps import CountCalls, counter_trap
+from course_kit.capture.traps import CountCalls, counter_trap
 show_source(CountCalls)
 TRAP = counter_trap()   # captured once from an example, then called on two new inputs
 

@@ -43,12 +43,13 @@ RUN_COMPILE = GPU and P["size"] == "full"   # one torch.compile of the whole ste
 # %%
 import torch
 
-from course_kit import bench, buckets, cuda_graphs as cg, narrate, notebook
+from course_kit import bench, narrate, notebook
+from course_kit.cuda_graphs import buckets, pitfalls, runner as cg
 from course_kit.engine import trace
 from course_kit.attention import availability
 from course_kit.benchmarks.cuda_graphs import agreement
-from course_kit.decode_explain import (explain_hbm, explain_kernels, explain_reduce_overhead,
-                                      explain_reduce_overhead_live, forms_table)
+from course_kit.cuda_graphs.explain import (explain_hbm, explain_kernels, explain_reduce_overhead,
+                                            explain_reduce_overhead_live, forms_table)
 from course_kit.models import llama, sampling
 from course_kit.notebook import md, show_source
 from course_kit.plots import cuda_graphs as cplots
@@ -277,7 +278,7 @@ fig
 #
 # After graphs and fusion, what is left is how fast each kernel reads its weights, and how many
 # kernels a layer launches (the record above says both for the fused runner).
-# `course_kit.decode_kernels` rewrites the step for small batches (at most 8 rows):
+# `course_kit.cuda_graphs.decode_kernels` rewrites the step for small batches (at most 8 rows):
 # - **one matrix-vector kernel**, `gemv`. Each program owns a few rows of W and reads them in 16 KiB
 #   tiles, to keep enough bytes in flight on every SM. RMSNorm is folded into its load of x, the
 #   residual add into its store, and SwiGLU into w13's store (each program takes a gate row and its
@@ -297,7 +298,7 @@ fig
 # %%
 ok_triton, why_triton = availability.triton_status()
 if ok_triton:
-    from course_kit.decode_kernels import gemv as dk_gemv, qkv_rope as dk_qkv_rope, step as dk_step
+    from course_kit.cuda_graphs.decode_kernels import (gemv as dk_gemv, qkv_rope as dk_qkv_rope, step as dk_step)
     show_source(dk_gemv.gemv_rows.fn)
     show_source(dk_gemv._gemv_kernel.fn)
     show_source(dk_qkv_rope._qkv_rope_kernel.fn)
@@ -360,10 +361,10 @@ forms_fig
 # CUDA context unusable). Without a GPU the table shows what the H200 run found.
 
 # %%
-show_source(cg._pitfall_dynamic_shapes)
+show_source(pitfalls._pitfall_dynamic_shapes)
 
 # %%
-pits = cg.run_pitfalls() if GPU else (ref["summary"]["pitfalls"] if ref else cg.run_pitfalls())
+pits = pitfalls.run_pitfalls() if GPU else (ref["summary"]["pitfalls"] if ref else pitfalls.run_pitfalls())
 cplots.pitfalls_table(pits)
 
 # %% [markdown]

@@ -395,13 +395,13 @@ if record is not None and record.get("timelines"):
 # %% [markdown]
 # ## 6. Serving: an async endpoint under concurrent clients
 #
-# `course_kit.serve` wraps the engine in a FastAPI app: one asyncio task owns the engine and runs a
+# `course_kit.batching.server` wraps the engine in a FastAPI app: one asyncio task owns the engine and runs a
 # step at a time in a worker thread; each request gets a queue, and `POST /v1/completions` streams
 # its tokens as **server-sent events**. If a client disconnects, its request is aborted and its
 # blocks freed. `course-kit serve` starts it from a shell; here it runs in a background thread.
 
 # %%
-from course_kit import serve
+from course_kit.batching import server as serve
 show_source(serve.EngineLoop._run)
 
 # %%
@@ -473,7 +473,7 @@ md(f"With **{max(CONCURRENCY)} concurrent streaming clients**, p50 latency was "
 # at or over it:
 
 # %%
-from course_kit import loadgen
+from course_kit.batching import loadgen
 from course_kit.plots import serving as splots
 show_source(loadgen.crossing)
 

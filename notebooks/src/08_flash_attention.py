@@ -51,7 +51,8 @@ import torch
 import torch.nn.functional as F
 from IPython.display import HTML, Code, display
 
-from course_kit import attention, bench, notebook, roofline, widgets
+from course_kit import attention, bench, notebook, widgets
+from course_kit.roofline import ceilings as roofline
 from course_kit.attention import (availability, explain, gluon_flash, io_complexity, naive, online_softmax,
                                   sdpa_backends, tiled)
 from course_kit.benchmarks import attention as attention_bench

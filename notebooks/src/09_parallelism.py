@@ -48,7 +48,8 @@ PP_MICRO = [1, 2, 4, 8] if not P["smoke"] else [1, 4]                 # micro-ba
 # %%
 import torch
 
-from course_kit import bench, grading, memory, narrate, notebook, widgets
+from course_kit import bench, grading, narrate, notebook, widgets
+from course_kit.dtypes import memory
 from course_kit.notebook import md, show_source
 from course_kit.parallel import explain as pexplain
 from course_kit.parallel import (bubble, comm, context, data, expert, launcher, measure, pipeline,
@@ -372,7 +373,7 @@ show_source(oneshot.OneShotAllReduce)
 # in, `triton_graph_all_reduce` with the one-shot all-reduce after each product.
 
 # %%
-from course_kit.decode_kernels import exchange
+from course_kit.cuda_graphs.decode_kernels import exchange
 show_source(exchange.signal_ranks.fn)
 show_source(exchange.wait_for_ranks.fn)
 

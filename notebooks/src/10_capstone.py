@@ -34,7 +34,8 @@ SIZE = P["size"]
 import plotly.graph_objects as go
 import torch
 
-from course_kit import bench, ladder, notebook, widgets
+from course_kit import bench, notebook, widgets
+from course_kit.capstone import ladder
 from course_kit.benchmarks import capstone
 from course_kit.notebook import md, show_source
 from course_kit.plots import streams as splots

@@ -17,7 +17,8 @@ CHOICES = ("A", "B", "C", "D")     # fp8's batch: (A) about halves, (B) stays th
 
 def is_compute_bound(batch: int, dtype: str = "bf16", n: int = N) -> bool:
     """Whether the decode matrix-vector product at this batch sits right of the datasheet ridge."""
-    from course_kit import device, roofline
+    from course_kit import device
+    from course_kit.roofline import ceilings as roofline
     spec = device.peaks(GPU)
     cost = roofline.op_cost(OP, n, dtype, batch)
     return roofline.place(cost, spec.hbm_gbs, {dtype: spec.tflops(dtype)})["bound"] == "compute"

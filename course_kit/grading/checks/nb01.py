@@ -176,7 +176,7 @@ KV_SEQ, KV_BATCH = 32768, 4
 
 def qwen_params() -> int:
     """The oracle: the course's Llama count (memory.ModelShape) plus the q, k, v biases."""
-    from course_kit import memory
+    from course_kit.dtypes import memory
     q = QWEN
     shape = memory.ModelShape(q["name"], q["layers"], q["hidden"], q["heads"], q["kv_heads"], q["intermediate"],
                               q["vocab"])
@@ -192,7 +192,7 @@ layer, per KV head, per token, per sequence, 2 bytes each in bf16. A GiB is 2**3
 
 @grading.exercise("01.memory", hint=MEMORY_HINT)
 def model_memory(n_params, weights_gib, adam_gib, kv_gib) -> None:
-    from course_kit import memory
+    from course_kit.dtypes import memory
     n = qwen_params()
     if isinstance(n_params, bool) or not isinstance(n_params, (int, float)) or n_params != n:
         what = f"{n_params:,.0f}" if isinstance(n_params, (int, float)) else feedback.describe(n_params)

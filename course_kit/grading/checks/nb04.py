@@ -56,7 +56,7 @@ def _cases() -> list[tuple]:
 
 def judge(answer: Any, names: dict[int, str]) -> None:
     """Compare every probed output with ClipOrScale's; `names` labels the cases by index."""
-    from course_kit.capture import ClipOrScale
+    from course_kit.capture.methods import ClipOrScale
     reference = ClipOrScale()
     results = answer.data
     if not isinstance(results, list) or len(results) != len(answer.cases):
@@ -91,8 +91,8 @@ def check_exportable(answer) -> None:
 # ---- 04.silent_trap: predict, measure and explain what each capture does to a module with state ----
 
 def trap_case() -> Any:
-    """The capture.Case of the trap, the one the notebook runs (course_kit.capture_traps)."""
-    from course_kit.capture_traps import counter_trap
+    """The capture.Case of the trap, the one the notebook runs (course_kit.capture.traps)."""
+    from course_kit.capture.traps import counter_trap
     return counter_trap()
 
 
@@ -106,14 +106,14 @@ def trap_statuses() -> dict[str, str]:
     import io
     import warnings
 
-    from course_kit import capture
+    from course_kit.capture import methods as capture
     with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
         return {m: capture.probe(m, trap_case()).status for m in capture.METHODS}
 
 
 def _status_dict(value: Any, what: str) -> dict:
-    from course_kit import capture
+    from course_kit.capture import methods as capture
     if not isinstance(value, dict):
         raise grading.Wrong(f"{what}: expected a dict {{method: status}}, found {feedback.describe(value)}")
     missing = [m for m in capture.METHODS if m not in value]

@@ -12,7 +12,7 @@ import random
 from collections import Counter
 from itertools import combinations
 
-from course_kit import buckets
+from course_kit.cuda_graphs import buckets
 from course_kit import grading
 from course_kit.grading.checks import feedback
 

@@ -321,7 +321,7 @@ def table_text(rows: list[dict], methods: tuple[str, ...] = METHODS) -> str:
 
 def measure(dim: int = 64, batch: int = 32, repeat: int = 20, methods: tuple[str, ...] = METHODS) -> list[dict]:
     """Capture time, and the median time of one call of each captured MLP block against eager."""
-    from . import bench
+    from .. import bench
     block, x = MLPBlock(dim).eval(), _g(0, batch, dim)
     inputs = [(_g(seed, batch, dim),) for seed in range(4)]
     with torch.no_grad():

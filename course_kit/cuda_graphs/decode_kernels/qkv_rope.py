@@ -24,16 +24,16 @@ from __future__ import annotations
 
 import torch
 
-from ..attention import use_triton_interpreter_without_cuda
+from ...attention import use_triton_interpreter_without_cuda
 
 use_triton_interpreter_without_cuda()   # before the first @triton.jit below
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from . import gemv as G  # noqa: E402
-from .exchange import Sum  # noqa: E402
-from .gemv import gemv_rows, pair_halves  # noqa: E402
+from . import gemv as G
+from .exchange import Sum
+from .gemv import gemv_rows, pair_halves
 
 
 @triton.jit

@@ -14,8 +14,8 @@ import threading
 import time
 from typing import Callable
 
-from .engine import Engine, SamplingParams, metrics, trace
-from .engine.metrics import RequestOutput
+from ..engine import Engine, SamplingParams, metrics, trace
+from ..engine.metrics import RequestOutput
 
 POLICIES = ("static", "dynamic", "continuous")
 

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.export import Dim
 
-from .capture import METHODS, Gate, InPlace, capture, first_line, ir_text, same
+from .methods import METHODS, Gate, InPlace, capture, first_line, ir_text, same
 
 CALL_LOG: list[int] = []        # LogCalls's side effect: one entry per call
 SCALE = 2.0                      # ScaleByGlobal's global, changed to 3.0 after capture

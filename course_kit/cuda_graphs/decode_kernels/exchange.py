@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from ..attention import use_triton_interpreter_without_cuda
+from ...attention import use_triton_interpreter_without_cuda
 
 use_triton_interpreter_without_cuda()   # before the first @triton.jit below
 
@@ -155,7 +155,7 @@ class Exchange:
         """This rank's exchange over symmetric memory (a collective); None where it is missing."""
         import torch.distributed as dist
 
-        from ..parallel.oneshot import symmetric_memory_group
+        from ...parallel.oneshot import symmetric_memory_group
         try:
             import torch.distributed._symmetric_memory as symm_mem
             group_name = symmetric_memory_group(group)

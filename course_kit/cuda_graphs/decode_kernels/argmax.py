@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ..attention import use_triton_interpreter_without_cuda
+from ...attention import use_triton_interpreter_without_cuda
 
 use_triton_interpreter_without_cuda()   # before the first @triton.jit below
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from .narrate import rate
+from ..narrate import rate
 
 TECHNIQUES = ("continuous batching + paged KV", "CUDA graphs", "fused blocks", "async loop")
 # the record's row names, in ladder order (benchmarks/capstone.py engine_variants)
@@ -74,10 +74,10 @@ def live_run(enabled: Sequence[str], n_requests: int = 6, seed: int = 0,
     techniques are all switched on: the tiny model, a few requests, one clock."""
     import torch
 
-    from .benchmarks.batching import hf_generate_static, time_peer
-    from .benchmarks.capstone import _build, engine_variants
-    from .engine import SamplingParams, trace
-    from .models import llama
+    from ..benchmarks.batching import hf_generate_static, time_peer
+    from ..benchmarks.capstone import _build, engine_variants
+    from ..engine import SamplingParams, trace
+    from ..models import llama
     cuda = torch.cuda.is_available()
     dev = "cuda" if cuda else "cpu"
     model = llama.Transformer.from_preset("tiny", seed=seed, device=dev)

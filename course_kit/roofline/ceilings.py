@@ -9,7 +9,7 @@ import contextlib
 
 import torch
 
-from .bench import Timing, timeit
+from ..bench import Timing, timeit
 
 MATMUL_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -62,7 +62,7 @@ def measure(copy_mib: int, matmul_n: int, repeat: int = 20, device: str | None =
     """Copy bandwidth and the matmul rate for each dtype this device runs natively."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if dtypes is None:
-        from .device import capabilities
+        from ..device import capabilities
         caps = capabilities() if device == "cuda" else capabilities(None)
         # A CPU without matrix units runs bf16 far slower than fp32, so only fp32 is its ceiling.
         dtypes = ["fp32"] + (["tf32"] if caps.tf32 else []) + \
@@ -133,7 +133,7 @@ def place(cost: dict, bandwidth_gbs: float, ceilings_tflops: dict[str, float]) -
 def explain_place(cost: dict, here: dict, ref: dict | None = None, here_name: str = "this machine",
                   ref_name: str = "the reference GPU") -> str:
     """One paragraph: the op's intensity, and on each machine its bound, attainable rate and time."""
-    from .narrate import speed
+    from ..narrate import speed
 
     def one(p: dict, name: str) -> str:
         sub = (f" (no {cost['dtype']} ceiling measured there: its {p['ceiling_dtype']} ceiling is used)"
@@ -166,7 +166,7 @@ def _fmt_time(s: float) -> str:
 def explain_copy(own_gbs: float, ref_gbs: float | None = None, ref_gpu: str = "the reference GPU",
                  spec_gbs: float | None = None, spec_name: str = "") -> str:
     """Notebook 00 section 3: this machine's copy bandwidth, against the datasheet and the reference."""
-    from .narrate import rate
+    from ..narrate import rate
     text = f"This machine copies at **{own_gbs:,.0f} GB/s** (read + write; 1 GB/s = 10^9 bytes per second)."
     if spec_gbs:
         text += f" The {spec_name} datasheet promises {spec_gbs:,.0f} GB/s: **{own_gbs / spec_gbs:.0%}** of it."
@@ -179,7 +179,7 @@ def explain_copy(own_gbs: float, ref_gbs: float | None = None, ref_gpu: str = "t
 def explain_timing(cold_s: float, warm_s: float, spread: float, repeat: int, unsync_s: float | None = None) -> str:
     """Notebook 00 section 2: the first call against warm calls, and a host clock with no synchronise
     against the real time of the work (GPU only)."""
-    from .narrate import speed
+    from ..narrate import speed
     text = (f"First call: **{cold_s * 1e3:.2f} ms**; median of {repeat} warm calls: **{warm_s * 1e3:.2f} ms** "
             f"(p10-p90 spread {spread:.0%}): the first call ran {speed(cold_s, warm_s)} a warm one.")
     if unsync_s is not None:

@@ -7,7 +7,7 @@
 - `crossing`: the request rate at which a latency first crosses a threshold, interpolated;
 - `explain_knee`: the words for "what just happened", chosen from the numbers.
 
-Nothing here talks to a server or a GPU (nor imports torch); `course_kit.serve_client` sends.
+Nothing here talks to a server or a GPU (nor imports torch); `course_kit.batching.client` sends.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .narrate import ratio_words, speed
-from .traces import trace_path
+from ..narrate import ratio_words, speed
+from ..traces import trace_path
 
 # data/traces/ (as engine.trace has it; not imported from there so that load-client processes
 # start without importing torch)

@@ -1,4 +1,4 @@
-"""Guards of `course_kit.serve` (notebook 06) against hostile request bodies.
+"""Guards of `course_kit.batching.server` (notebook 06) against hostile request bodies.
 
 - `json_safe`: validation errors echo the client's input, which may hold NaN, Infinity, bytes,
   lone surrogates or 4000-digit integers; FastAPI's own handler raises while encoding those (a

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.export import Dim
 
-from .capture import Gate, PairScale, capture, first_line, same
+from .methods import Gate, PairScale, capture, first_line, same
 
 
 def trace_bakes_branch(batch: int = 4, width: int = 8) -> dict:
@@ -141,7 +141,7 @@ class CountCalls(nn.Module):
 
 def counter_trap() -> Any:
     """CountCalls as a capture.Case: captured once from an example, then run on two new inputs."""
-    from .capture import Case
+    from .methods import Case
 
     def randn(seed: int, *shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))

@@ -6,7 +6,7 @@ not the server, the bottleneck at tens of thousands of tokens a second. A reques
 scheduled time whether or not earlier ones have finished (open loop: a slow server gets a queue,
 as a real one does). Two response dialects:
 
-- "course": `course_kit.serve` (`data: {"token": id}` per token, a summary, `data: [DONE]`);
+- "course": `course_kit.batching.server` (`data: {"token": id}` per token, a summary, `data: [DONE]`);
 - "openai": an OpenAI-style /v1/completions stream (one `choices[0].text` chunk per token, a
   final chunk with `finish_reason` and `usage`), as `transformers serve` sends.
 

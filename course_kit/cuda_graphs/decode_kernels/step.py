@@ -27,9 +27,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..attention.paged_triton import paged_decode_triton
-from ..models import llama
-from ..parallel.comm import all_reduce_sum, gather_from_tp_region, world
+from ...attention.paged_triton import paged_decode_triton
+from ...models import llama
+from ...parallel.comm import all_reduce_sum, gather_from_tp_region, world
 from .argmax import greedy_tokens, tokens_from_blocks
 from .exchange import Exchange, Sum
 from .gemv import HAS_PDL, argmax_buffers, gemv

@@ -35,14 +35,14 @@ from typing import Any
 
 import torch
 
-from ..attention import use_triton_interpreter_without_cuda
+from ...attention import use_triton_interpreter_without_cuda
 
 use_triton_interpreter_without_cuda()   # before the first kernel below
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from .exchange import SPIN_LIMIT, Push, Sum, push_rows, signal_ranks, wait_for_ranks  # noqa: E402
+from .exchange import (SPIN_LIMIT, Push, Sum, push_rows, signal_ranks, wait_for_ranks)
 
 HAS_PDL = hasattr(getattr(getattr(tl, "extra", None), "cuda", None), "gdc_wait")   # Triton >= 3.4
 MAX_ROWS = 8                 # a batch above this is a matrix product: cuBLAS's job, not a GEMV's

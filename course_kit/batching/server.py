@@ -30,8 +30,8 @@ import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from .engine import Engine, EngineConfig, SamplingParams
-from .serve_guard import BODY_TIMEOUT_S, MAX_BODY_BYTES, BodyLimit, json_safe
+from ..engine import Engine, EngineConfig, SamplingParams
+from .guard import BODY_TIMEOUT_S, MAX_BODY_BYTES, BodyLimit, json_safe
 
 try:
     from fastapi import FastAPI, HTTPException, Request
@@ -310,7 +310,7 @@ def build_engine(preset: str = "tiny", checkpoint: str | None = None, device: st
     """A model (preset with seeded weights, or a local checkpoint) inside an engine."""
     import torch
 
-    from .models import llama
+    from ..models import llama
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     dtype = dtype or ("bfloat16" if device.startswith("cuda") else "float32")

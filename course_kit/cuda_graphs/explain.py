@@ -7,7 +7,7 @@ the record's `targets`/`meets` and are never part of the text a learner reads.
 """
 from __future__ import annotations
 
-from . import narrate
+from .. import narrate
 
 # (qkv_rope: the Triton step's q/k/v product, which also does RoPE and the K/V append in its store)
 _GEMM_WORDS = ("nvjet", "gemm", "gemv", "cutlass", "xmma", "splitk", "qkv_rope")
