@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from . import device as _device
+from .device import has_cuda
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,7 +74,7 @@ def timeit(fn: Callable[..., Any], *, warmup: int = 3, repeat: int = 20,
     if warmup < 0 or repeat < 1:
         raise ValueError(f"need warmup >= 0 and repeat >= 1, got warmup={warmup}, repeat={repeat}")
     if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = "cuda" if has_cuda() else "cpu"
     args_cycle = itertools.cycle(inputs) if inputs else itertools.repeat(())
     for _ in range(warmup):
         fn(*next(args_cycle))
@@ -105,7 +106,7 @@ def unsynchronised_time(fn: Callable[[], Any], repeat: int = 10) -> float:
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    if torch.cuda.is_available():
+    if has_cuda():
         torch.cuda.synchronize()
     return statistics.median(times)
 
@@ -128,7 +129,7 @@ def _is_oom(err: BaseException) -> bool:
 
 
 def free_memory_bytes() -> int | None:
-    if not torch.cuda.is_available():
+    if not has_cuda():
         return None
     free, _total = torch.cuda.mem_get_info()
     return free
@@ -145,7 +146,7 @@ def guard_oom(fn: Callable[[], Any], *, needs_bytes: int | None = None, what: st
     except Exception as err:  # noqa: BLE001 - only OOM is turned into a skip
         if not _is_oom(err):
             raise
-        if torch.cuda.is_available():
+        if has_cuda():
             torch.cuda.empty_cache()
         need = f"about {needs_bytes / 2**30:.1f} GiB" if needs_bytes else "more memory than is free"
         free = free_memory_bytes()
@@ -162,7 +163,7 @@ def environment() -> dict:
     caps = _device.capabilities()
     return {
         "gpu": _device.gpu_name(),
-        "gpu_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        "gpu_count": torch.cuda.device_count() if has_cuda() else 0,
         "capability": caps.sm,
         "driver": desc.get("driver"),
         "cuda": torch.version.cuda,

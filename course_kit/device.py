@@ -2,6 +2,11 @@
 
 Every notebook starts with `describe()` and sizes itself with `defaults()`. Capability decisions are
 pure functions of a compute capability, so they can be tested by simulating sm_75, sm_80 and sm_90.
+
+This module is the one owner of the device decisions: whether CUDA is here (`has_cuda`), which
+capability the course decides for (`current_capability`, which honours COURSE_KIT_EMULATE=t4),
+whether Triton is installed (`triton_installed`) and which dtype a run computes in
+(`compute_dtype`, `param_dtype`). tests/test_layers.py fails if another module asks torch itself.
 """
 from __future__ import annotations
 
@@ -128,13 +133,31 @@ def emulation() -> Emulated | None:
     return emu
 
 
-def current_capability() -> tuple[int, int] | None:
-    """The compute capability the course decides for: the emulated GPU's, else the GPU's, else None.
-    Code that picks a kernel or a backend asks this, never torch.cuda.get_device_capability()."""
+def has_cuda() -> bool:
+    """Whether a CUDA GPU is here (an emulated T4 runs on one, so it counts)."""
+    return torch.cuda.is_available()
+
+
+def default_device() -> str:
+    """"cuda" where a GPU is here, else "cpu": what `defaults()["device"]` holds."""
+    return "cuda" if has_cuda() else "cpu"
+
+
+def current_capability(dev: "torch.device | int | str | None" = None) -> tuple[int, int] | None:
+    """The compute capability the course decides for: the emulated GPU's, else the GPU's (`dev`, or
+    the current one), else None on a CPU. Code that picks a kernel or a backend asks this, never
+    torch.cuda.get_device_capability(), so COURSE_KIT_EMULATE=t4 reaches every decision."""
     emu = emulation()
     if emu is not None:
         return emu.capability
-    return torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+    if not has_cuda() or (isinstance(dev, torch.device) and dev.type != "cuda"):
+        return None
+    return torch.cuda.get_device_capability(dev)
+
+
+def multiprocessors(dev: "torch.device | int | None" = None) -> int:
+    """How many streaming multiprocessors a CUDA device has (persistent kernels launch per SM)."""
+    return torch.cuda.get_device_properties(dev if dev is not None else 0).multi_processor_count
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,7 +182,8 @@ class Capabilities:
 
 
 
-def _triton_installed() -> bool:
+def triton_installed() -> bool:
+    """Whether the triton package is installed (without importing it: that takes seconds)."""
     try:
         importlib.metadata.version("triton")
         return True
@@ -190,7 +214,7 @@ def capabilities(capability: tuple[int, int] | None = ..., *, torch_version: str
         sdpa_flash=at_least(8, 0),
         sdpa_efficient=at_least(5, 0),
         sdpa_cudnn=at_least(8, 0) and version >= (2, 5),
-        triton=_triton_installed() and (not gpu or capability >= (7, 5)),
+        triton=triton_installed() and (not gpu or capability >= (7, 5)),
         cuda_graphs=gpu,
     )
 
@@ -208,7 +232,7 @@ def _version_tuple(text: str) -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------------
 def gpu_name() -> str | None:
     """The GPU's name; under emulation "T4 emulated on NVIDIA H200" (records and banners carry it)."""
-    if not torch.cuda.is_available():
+    if not has_cuda():
         return None
     emu = emulation()
     real = torch.cuda.get_device_name()
@@ -217,7 +241,7 @@ def gpu_name() -> str | None:
 
 def driver_version() -> str | None:
     """The NVIDIA display driver (from nvidia-smi), else the CUDA driver API version, else None."""
-    if not torch.cuda.is_available():
+    if not has_cuda():
         return None
     if shutil.which("nvidia-smi"):
         try:
@@ -266,7 +290,7 @@ def describe() -> Description:
     """The GPU (or CPU), its capability and memory, the driver, library versions and where we run."""
     caps = capabilities()
     d = Description()
-    if torch.cuda.is_available():
+    if has_cuda():
         props = torch.cuda.get_device_properties(0)
         emu = emulation()
         d["gpu"] = gpu_name()
@@ -284,7 +308,7 @@ def describe() -> Description:
         d["gpu count"] = 0
     d["cpu"] = platform.processor() or platform.machine()
     d["cpu cores"] = os.cpu_count()
-    if emulation_requested() is not None and not torch.cuda.is_available():
+    if emulation_requested() is not None and not has_cuda():
         d["emulation"] = f"{EMULATE_ENV}={emulation_requested().key} is set, but off: no CUDA GPU to run it on"
     d["python"] = platform.python_version()
     d["torch"] = torch.__version__
@@ -323,7 +347,7 @@ def size_class(capability: tuple[int, int] | None = ..., memory_gib: float | Non
     if capability is None:
         return "cpu"
     if memory_gib is None:
-        memory_gib = torch.cuda.get_device_properties(0).total_memory / 2**30 if torch.cuda.is_available() else 0
+        memory_gib = torch.cuda.get_device_properties(0).total_memory / 2**30 if has_cuda() else 0
         if emu is not None:
             memory_gib = min(memory_gib, emu.memory_bytes / 2**30)
     return "full" if memory_gib >= 40 and capability >= (8, 0) else "small_gpu"
@@ -365,6 +389,19 @@ def dtype_name(value: "torch.dtype | str") -> str:
     return str(as_dtype(value)).replace("torch.", "")
 
 
+def param_dtype(params: "dict | None" = None) -> torch.dtype:
+    """The dtype of a bench run or workload: `params["dtype"]` when given (a name or a torch.dtype),
+    else `compute_dtype()` for the device at hand."""
+    given = (params or {}).get("dtype")
+    return as_dtype(given) if given else compute_dtype()
+
+
+def autocast_dtype(device_type: str) -> torch.dtype:
+    """The 16-bit type autocast runs in: the compute dtype on a GPU (bf16, fp16 on a T4), and bf16 on
+    a CPU, the one CPU autocast runs fast."""
+    return compute_dtype() if device_type == "cuda" else torch.bfloat16
+
+
 def compute_dtype(caps: "Capabilities | None" = None) -> torch.dtype:
     """The course's one dtype rule: bf16 where there are bf16 tensor cores (sm_80+), fp16 on older
     GPUs (a T4 emulates bf16 slowly), fp32 on a CPU. `defaults()["dtype"]` is this for the device at hand."""
@@ -379,7 +416,7 @@ def defaults() -> dict:
     caps = capabilities()
     size = size_class()
     return {
-        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "device": default_device(),
         "dtype": compute_dtype(caps),
         "smoke": is_smoke(),
         "size": size,

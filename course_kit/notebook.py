@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from . import device, reference
+from .device import has_cuda
 
 
 def _display(obj: Any) -> None:
@@ -124,7 +125,7 @@ def banner(text: str, kind: str = "info") -> None:
 
 
 def has_gpu() -> bool:
-    return torch.cuda.is_available()
+    return has_cuda()
 
 
 def _stamp(record: dict, slug: str) -> str:
@@ -197,7 +198,7 @@ def is_smoke() -> bool:
 def oom_message(err: BaseException) -> str:
     """What a learner sees instead of a traceback when a cell runs out of GPU memory."""
     free = ""
-    if torch.cuda.is_available():
+    if has_cuda():
         free_b, total_b = torch.cuda.mem_get_info()
         free = f" {free_b / 2**30:.1f} of {total_b / 2**30:.1f} GiB are free now."
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
@@ -207,7 +208,7 @@ def oom_message(err: BaseException) -> str:
 
 
 def _handle_oom(shell, etype, value, tb, tb_offset=None):  # IPython's custom-exception signature
-    if torch.cuda.is_available():
+    if has_cuda():
         torch.cuda.empty_cache()
     banner(oom_message(value), "warning")
     return None

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import torch
+from .device import has_cuda
 
 REFERENCE_GPU = "h200"
 
@@ -40,7 +41,7 @@ def slug_for(name: str | None, count: int = 1) -> str:
 def gpu_slug() -> str:
     """This machine's slug: the GPU model and, when there are several GPUs, their count; under
     COURSE_KIT_EMULATE=t4, "t4-emulated" (never a real T4's or the real GPU's records)."""
-    if not torch.cuda.is_available():
+    if not has_cuda():
         return "cpu"
     from .device import emulation
     emu = emulation()

@@ -35,7 +35,7 @@ def _triton_functions() -> list[tuple[str, str]]:
 
 # Triton kernels live in two places: attention (notebooks 06 and 08) and the decode step's
 # matrix-vector, RoPE and argmax kernels (notebook 05). Each switches the interpreter on itself.
-KERNEL_PACKAGES = ("attention/", "decode_kernels/")
+KERNEL_PACKAGES = ("attention/", "cuda_graphs/decode_kernels/")
 
 
 def test_every_triton_kernel_lives_in_a_kernel_package_under_its_own_name():

@@ -257,7 +257,7 @@ def _tiles_for(qs: list[int], tile_m: int, extra: int = 0):
 
 def test_triton_varlen_matches_reference():
     pytest.importorskip("triton")
-    from course_kit.attention.engine_step import TILE_M
+    from course_kit.attention.paged import TILE_M
     from course_kit.attention.paged_triton import paged_varlen_triton
     cfg = llama.ModelConfig.from_preset("tiny")
     q, kc, vc, batch = _mixed_batch(cfg)
@@ -371,7 +371,7 @@ def test_bench_wide_slot_workload_layouts():
     import dataclasses
 
     from course_kit.engine import trace
-    from course_kit.attention.engine_step import TILE_M
+    from course_kit.attention.paged import TILE_M
     cfg = dataclasses.replace(llama.ModelConfig.from_preset("tiny"), max_seq_len=2048)
     engine = Engine(llama.Transformer.from_config(cfg), policy="continuous", max_num_seqs=256, block_size=16,
                     max_num_batched_tokens=2048, varlen=True)

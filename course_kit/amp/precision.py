@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import torch
+from ..device import current_capability
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def note(name: str, device: str | torch.device = "cpu") -> str | None:
             return ("many CPUs have no 16-bit matrix units, so 16-bit autocast may not be faster there "
                     "(section 4 measures it on this one).")
         return None
-    major, _ = torch.cuda.get_device_capability(dev)
+    major, _ = current_capability(dev)
     if p.tf32 and major < 8:
         return "TF32 needs Ampere (sm_80) or newer: here it is plain fp32."
     if p.autocast_dtype is torch.bfloat16 and major < 8:

@@ -30,10 +30,9 @@ Ring attention over several GPUs is parallel/context.py; it folds with `online_s
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 
-import torch
+from ..device import has_cuda, triton_installed
 
 
 def use_triton_interpreter_without_cuda() -> None:
@@ -43,13 +42,8 @@ def use_triton_interpreter_without_cuda() -> None:
     kernels calls this first. Nothing else does: importing the course model or the engine, which
     need no Triton on a CPU, leaves the environment alone. An explicit setting is kept.
     """
-    if not torch.cuda.is_available():
+    if not has_cuda():
         os.environ.setdefault("TRITON_INTERPRET", "1")
-
-
-def triton_installed() -> bool:
-    """Whether triton can be imported (without importing it)."""
-    return importlib.util.find_spec("triton") is not None
 
 
 from .naive import attention_flops, naive_attention, peak_memory, reference_attention  # noqa: E402
@@ -67,7 +61,7 @@ def triton_available() -> tuple[bool, str]:
     if not triton_installed():
         return False, "triton is not installed (pip install triton; Linux x86-64 only)"
     from . import triton_flash
-    if not torch.cuda.is_available() and not triton_flash.interpreting():
+    if not has_cuda() and not triton_flash.interpreting():
         return False, "no CUDA and TRITON_INTERPRET is set to off, so Triton cannot run its CPU interpreter"
     return True, "ok"
 

@@ -8,7 +8,8 @@ function the runner hands to the model (`model.set_attention(paged=engine_attent
 - varlen mode (GPU): the batch carries query tiles, and one Triton kernel handles decodes and
   prefill chunks alike (paged_triton.paged_varlen_triton);
 - decode rows: on a GPU a Triton kernel walks the block table directly (flash-decoding,
-  paged_triton.paged_decode_triton); on a CPU the blocks are gathered into a padded tensor and
+  paged_triton.paged_decode_triton; `registry.triton_kernels` decides, the runner marks the batch);
+  on a CPU the blocks are gathered into a padded tensor and
   attended with PyTorch ops (gqa.decode_attention). Both are static-shape and sync-free, so a
   decode step can be captured in a CUDA graph.
 - prefill rows: per sequence, its blocks are gathered and SDPA runs with a causal mask offset by
@@ -25,11 +26,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from . import triton_installed
 from .gqa import decode_attention
-from .paged import PagedBatch, paged_attention_reference
-
-TILE_M = 16     # varlen mode: query tokens per tile (one sequence's tokens per tile)
+from .paged import TILE_M, PagedBatch, paged_attention_reference  # noqa: F401 (TILE_M: the runner's tiles)
 
 
 @dataclass
@@ -39,6 +37,8 @@ class EngineBatch(PagedBatch):
     # varlen mode (GPU): query tiles of at most TILE_M tokens, each from one row: (row, start, len),
     # row -1 for unused tiles. One kernel then handles decodes and prefill chunks alike.
     tiles: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    # decode rows through the Triton kernel (registry.triton_kernels decides; the runner sets it)
+    triton_decode: bool = False
 
 
 def gather_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, tables: torch.Tensor,
@@ -93,7 +93,7 @@ def engine_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
 
 def _decode(q, k_cache, v_cache, batch, scale, nd=None):
     tables = batch.block_tables if nd is None else batch.block_tables[:nd]
-    if q.is_cuda and triton_installed():
+    if batch.triton_decode:
         from .paged_triton import paged_decode_triton
         ctx = batch.context_lens if nd is None else batch.context_lens[:nd]
         return paged_decode_triton(q.contiguous(), k_cache, v_cache, tables, ctx, scale)

@@ -62,6 +62,7 @@ except (ImportError, AttributeError):   # pragma: no cover - a Triton without Gl
     HAS_GLUON = False
 
 from .triton_softmax import LOG2E  # noqa: E402
+from ..device import multiprocessors
 LOG2E_ = gl.constexpr(LOG2E) if HAS_GLUON else LOG2E   # kernels read globals only as constexprs
 BLOCK_M = 128          # query rows a program owns: 64 per computing warpgroup
 BLOCK_N = 128          # keys a K/V tile holds
@@ -374,7 +375,7 @@ def gluon_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
         key = (seq_q, seq_k, batch * n_q_heads, n_kv_heads, head_dim, causal, q.dtype, q_buffers, pingpong,
                snake, q.device)
         if key not in _chosen_programs:
-            sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+            sms = multiprocessors(q.device)
             _chosen_programs[key] = _faster(launch, (sms, n_items), q.device)
         programs = _chosen_programs[key]
     launch(programs)

@@ -27,6 +27,7 @@ import math
 from pathlib import Path
 
 from .tiles import visited_key_rows
+from ..device import current_capability, has_cuda
 
 # Shared memory per SM (the SRAM a thread block can use, bytes), from the CUDA C++ Programming
 # Guide's table "Technical Specifications per Compute Capability".
@@ -128,12 +129,12 @@ def sram_here() -> tuple[int, str]:
     sysfs, or 256 KiB, said so.
     """
     import torch
-    if torch.cuda.is_available():
+    if has_cuda():
         props = torch.cuda.get_device_properties(0)
         value = getattr(props, "shared_memory_per_multiprocessor", None)
         if value:
             return int(value), f"{props.name}: shared memory per SM, from the driver"
-        table = sram_bytes_for(torch.cuda.get_device_capability(0))
+        table = sram_bytes_for(current_capability(0))
         if table:
             return table, f"{props.name}: shared memory per SM, from the CUDA guide's table"
     l2 = _cpu_l2_bytes()

@@ -21,6 +21,8 @@ import torch
 
 from .gqa import decode_attention, sdpa_gqa
 
+TILE_M = 16     # varlen mode: query tokens per tile (one sequence's tokens per tile)
+
 
 @dataclass
 class PagedBatch:

@@ -24,8 +24,9 @@ use_triton_interpreter_without_cuda()   # before the first @triton.jit below
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from .engine_step import TILE_M  # noqa: E402
+from .paged import TILE_M  # noqa: E402
 from .triton_softmax import LOG2E, interpreting, mma, online_softmax_fold  # noqa: E402
+from ..device import multiprocessors
 
 
 @triton.jit
@@ -194,7 +195,7 @@ def decode_splits(batch: int, n_kv_heads: int, max_context: int, block_n: int = 
     per SM, each walking a long context alone. Slicing the context (flash-decoding) gives each SM
     several programs to overlap; the slices are merged afterwards. The count depends only on
     shapes, never on the data, so a captured CUDA graph stays valid."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device is not None \
+    sms = multiprocessors(device) if device is not None \
         and device.type == "cuda" else 132
     want = -(-4 * sms // max(1, batch * n_kv_heads))          # about four programs per SM
     return max(1, min(16, want, -(-max_context // block_n)))

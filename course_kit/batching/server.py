@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from ..engine import Engine, EngineConfig, SamplingParams
 from .guard import BODY_TIMEOUT_S, MAX_BODY_BYTES, BodyLimit, json_safe
+from ..device import has_cuda
 
 try:
     from fastapi import FastAPI, HTTPException, Request
@@ -311,7 +312,7 @@ def build_engine(preset: str = "tiny", checkpoint: str | None = None, device: st
     import torch
 
     from ..models import llama
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device or ("cuda" if has_cuda() else "cpu")
     dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     dtype = dtype or ("bfloat16" if device.startswith("cuda") else "float32")
     if dtype not in dtypes:

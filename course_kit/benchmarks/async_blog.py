@@ -32,6 +32,7 @@ from ..engine.async_loop import AsyncEngine
 from ..models import llama
 from ..streams.timeline import _merged
 from .batching import drain_requests, hf_cpu_cache_sizes
+from ..device import has_cuda
 
 CLAIM = {"source": "Hugging Face blog, R. Ouazan Reboul, P. Cuenca, A. Roy Gosthipaty, "
                    "'Unlocking asynchronicity in continuous batching', 14 May 2026",
@@ -80,7 +81,7 @@ def idle_fraction(busy: list[tuple[float, float]], window: tuple[float, float] |
 
 
 def _sync() -> None:
-    if torch.cuda.is_available():
+    if has_cuda():
         torch.cuda.synchronize()
 
 
@@ -98,7 +99,7 @@ def measure(run: Callable[[list[list[int]], int], list[list[int]]], prompts: lis
         raise AssertionError(f"{label}: output lengths differ from the {new} tokens asked for")
     extra = after_timed() if after_timed is not None else {}
     idle = None
-    if torch.cuda.is_available():
+    if has_cuda():
         from torch.profiler import ProfilerActivity, profile, record_function
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             with record_function(label):
@@ -165,7 +166,7 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> float:
 def run_blog_case(size: str, dtype: torch.dtype, workload: Callable) -> dict:
     """The four runs; returns {"rows", "summary"} for the async record (a failed run is a row with its error)."""
     name, slots, (lo, hi), new, new_prof = SIZES[size]
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = "cuda" if has_cuda() else "cpu"
     model = build_model(name, dtype, dev)
     prompts = workload(slots, lo, hi, model.config.vocab_size, seed=1)
     rows, tokens = [], {}

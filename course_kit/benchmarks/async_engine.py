@@ -22,6 +22,7 @@ from .. import device as _device
 from ..engine import SamplingParams
 from ..engine.async_loop import AsyncEngine
 from ..models import llama
+from ..device import has_cuda
 
 # (models, batch sizes, requests per batch slot, prompt length range, new tokens) per size class
 _SIZES = {
@@ -100,8 +101,8 @@ def run(params: dict) -> dict:
     models = params.get("models", models)
     batches = [int(b) for b in params.get("batches", batches)]
     new_tokens = int(params.get("new_tokens", new_tokens))
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = _device.as_dtype(params.get("dtype") or _device.defaults()["dtype"])   # fp16 on a T4
+    dev = "cuda" if has_cuda() else "cpu"
+    dtype = _device.param_dtype(params)   # fp16 on a T4
     rows, timelines, identical = [], {}, {}
     cases = [(m, b) for m in models for b in batches]
     # no bar when asked (a notebook cell: a finished tqdm widget leaves "0%" text in executed copies)

@@ -20,6 +20,7 @@ import torch
 from .. import bench
 from .. import device as _device
 from ..attention import availability, naive, sdpa_backends, tiled
+from ..device import current_capability, has_cuda, multiprocessors
 
 ACCEPTANCE = {"batch": 4, "heads": 16, "seq_len": 4096, "head_dim": 128, "causal": True}
 SIZES = {
@@ -64,7 +65,7 @@ def variants(dev: torch.device, dtype: torch.dtype) -> dict[str, Callable]:
                 out[GLUON] = lambda q, k, v, c: gluon_flash.attention(q, k, v, causal=c)
     except ImportError:
         pass
-    cap = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
+    cap = current_capability(dev)
     for name, (ok, _why) in sdpa_backends.backend_support(cap, dtype, 128).items():
         if ok:
             out[f"sdpa {name}"] = (lambda b: lambda q, k, v, c: sdpa_backends.sdpa(q, k, v, backend=b, causal=c))(name)
@@ -341,7 +342,7 @@ def _step_fns(dev: torch.device, causal: bool) -> list[tuple[dict, Callable]]:
                       lambda q, k, v, desc=desc, config=config:
                       tf.launch_forward(q, k, v, causal=causal, scale=None, desc=desc, config=config)[0]))
     if gluon_flash.runs_here(dev, torch.bfloat16):
-        sms = torch.cuda.get_device_properties(dev).multi_processor_count
+        sms = multiprocessors(dev)
         for name, options in GLUON_STEPS:
             options = {**options, "programs": {"sm": sms, None: 1 << 30}[options["programs"]]}
             steps.append(({"step": name, "kernel": "gluon", **options},
@@ -378,9 +379,9 @@ def run(params: dict) -> dict:
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}; got {size!r}")
     cfg = {**SIZES[size], **{k: v for k, v in params.items() if k in SIZES["full"]}}
-    dev = torch.device(params.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dev = torch.device(params.get("device") or ("cuda" if has_cuda() else "cpu"))
     # the device's compute dtype (device.defaults): bf16, fp16 on a T4, fp32 on a CPU
-    dtype = _device.as_dtype(params.get("dtype") or _device.defaults()["dtype"])
+    dtype = _device.param_dtype(params)
     acceptance = dict(ACCEPTANCE) if size == "full" else {
         "batch": cfg["batch"], "heads": cfg["heads"], "seq_len": cfg["seq_lens"][-1], "head_dim": 128, "causal": True}
     only = params.get("variants")

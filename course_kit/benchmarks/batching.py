@@ -32,6 +32,7 @@ from ..engine import Engine, SamplingParams, trace
 from ..engine.async_loop import AsyncEngine
 from ..engine.metrics import block_usage, policy_gain, slot_intervals
 from ..models import llama
+from ..device import has_cuda
 
 POLICIES = ("static", "dynamic", "continuous")
 
@@ -201,7 +202,7 @@ def _downsample(xs: list, n: int = 400) -> list:
 
 
 def _sync() -> None:
-    if torch.cuda.is_available():
+    if has_cuda():
         torch.cuda.synchronize()
 
 
@@ -226,11 +227,11 @@ def time_peer(fn, prompts: list, news: list[int]) -> tuple[float, dict]:
 
 @bench.topic("batching", help="static vs dynamic vs continuous batching; HF generate and generate_batch peers")
 def run(params: dict) -> dict:
-    cuda = torch.cuda.is_available() and str(params.get("device", "cuda")).startswith("cuda")
+    cuda = has_cuda() and str(params.get("device", "cuda")).startswith("cuda")
     p = {**_defaults(params.get("size", "cpu"), cuda), **{k: v for k, v in params.items() if k not in ("size", "device")}}
     dev = "cuda" if cuda else "cpu"
     # the device's compute dtype (device.defaults): bf16, fp16 on a T4, fp32 on a CPU
-    dtype = p["dtype"] = _device.as_dtype(p.get("dtype") or _device.defaults()["dtype"])
+    dtype = p["dtype"] = _device.param_dtype(p)
     model = llama.Transformer.from_preset(p["preset"], seed=p["seed"], dtype=dtype, device=dev)
     vocab = model.config.vocab_size
     work = trace.synthetic(p["n_requests"], tuple(p["prompt_len"]), tuple(p["output_len"]), vocab, seed=p["seed"])

@@ -26,6 +26,7 @@ from ..engine import SamplingParams, trace
 from ..engine.async_loop import AsyncEngine
 from ..models import llama
 from .batching import _sync, check_fp32_against_hf, hf_generate_batch, hf_generate_static, time_peer
+from ..device import has_cuda
 
 
 def _defaults(size: str, cuda: bool) -> dict:
@@ -66,7 +67,7 @@ def run(params: dict) -> dict:
     # On a CPU every variant runs with one torch thread: the async engine's worker thread does
     # (so that the host keeps a core), and a fair comparison gives the others the same.
     threads = torch.get_num_threads()
-    if not torch.cuda.is_available():
+    if not has_cuda():
         torch.set_num_threads(1)
     try:
         return _run(params)
@@ -75,11 +76,11 @@ def run(params: dict) -> dict:
 
 
 def _run(params: dict) -> dict:
-    cuda = torch.cuda.is_available() and str(params.get("device", "cuda")).startswith("cuda")
+    cuda = has_cuda() and str(params.get("device", "cuda")).startswith("cuda")
     p = {**_defaults(params.get("size", "cpu"), cuda),
          **{k: v for k, v in params.items() if k not in ("size", "device")}}
     dev = "cuda" if cuda else "cpu"
-    dtype = p["dtype"] = _device.as_dtype(p.get("dtype") or _device.defaults()["dtype"])
+    dtype = p["dtype"] = _device.param_dtype(p)
     model = llama.Transformer.from_preset(p["preset"], seed=p["seed"], dtype=dtype, device=dev)
     work = trace.synthetic(p["n_requests"], tuple(p["prompt_len"]), tuple(p["output_len"]),
                            model.config.vocab_size, seed=p["seed"])

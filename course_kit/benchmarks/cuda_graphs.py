@@ -31,6 +31,7 @@ from ..cuda_graphs.explain import explain_hbm, explain_kernels, explain_reduce_o
 from ..models import llama
 from .batching import hf_generate_greedy
 from .model import build, free, hf_generate_tokens_per_s, weight_bytes
+from ..device import has_cuda
 
 SIZES = {
     "smoke": dict(preset="tiny", big=None, batches=[1, 2], max_seq=64, prompt_len=8, repeat=5,
@@ -121,9 +122,9 @@ def _runner_rows(name, runner, cfg, spec, device, results, preset):
 def run(params: dict) -> dict:
     size = params.get("size", "cpu")
     spec = {**SIZES[size], **{k: v for k, v in params.items() if k in SIZES["full"]}}
-    device = params.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = params.get("device") or ("cuda" if has_cuda() else "cpu")
     gpu = device == "cuda"
-    dtype = device_info.as_dtype(params.get("dtype") or device_info.defaults()["dtype"])  # fp16 on a T4
+    dtype = device_info.param_dtype(params)  # fp16 on a T4
     results: list[dict] = []
     summary: dict = {"dtype": str(dtype).replace("torch.", "")}
 

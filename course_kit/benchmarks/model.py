@@ -18,6 +18,7 @@ import torch
 from .. import bench
 from .. import device as device_info
 from ..models import llama
+from ..device import has_cuda
 
 SIZES = {
     "smoke": dict(presets=["tiny"], prompt_len=8, repeat=5, check_steps=4),
@@ -171,7 +172,7 @@ def hf_generate_tokens_per_s(hf, prompt: torch.Tensor, new_tokens: int, repeat: 
 
 def free() -> None:
     gc.collect()
-    if torch.cuda.is_available():
+    if has_cuda():
         torch.cuda.empty_cache()
 
 
@@ -179,8 +180,8 @@ def free() -> None:
 def run(params: dict) -> dict:
     size = params.get("size", "cpu")
     spec = {**SIZES[size], **{k: params[k] for k in ("presets", "prompt_len", "repeat") if k in params}}
-    device = params.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = device_info.as_dtype(params.get("dtype") or device_info.defaults()["dtype"])
+    device = params.get("device") or ("cuda" if has_cuda() else "cpu")
+    dtype = device_info.param_dtype(params)
     results, summary = [], {}
     for preset in bench.progress(spec["presets"], desc="presets"):
         model, hf = build(preset, dtype, device)

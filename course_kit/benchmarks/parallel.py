@@ -27,6 +27,7 @@ import torch
 from .. import bench
 from .. import device as _device
 from ..parallel import comm, launcher, measure, measure_ep_cp, pipeline
+from ..device import has_cuda
 
 MB = 1 << 20
 # TP=2 decode against one GPU, each in its fastest mode that ran at both sizes (issue 25)
@@ -200,8 +201,8 @@ def run(params: dict) -> dict:
         raise ValueError(f"size={size!r}; choose one of {list(SIZES)}")
     p = {**SIZES[size], **{k: v for k, v in params.items() if k in SIZES[size]}}
     # the device's compute dtype (device.defaults), as a name: it crosses into worker processes
-    p["dtype"] = _device.dtype_name(params.get("dtype") or _device.defaults()["dtype"])
-    cuda = torch.cuda.is_available()
+    p["dtype"] = _device.dtype_name(_device.param_dtype(params))
+    cuda = has_cuda()
     n_dev = torch.cuda.device_count() if cuda else int(params.get("cpu_world", p["cpu_world"]))
     worlds = [int(w) for w in params.get("worlds", world_sizes(n_dev))]
     backend = "nccl" if cuda else "gloo"

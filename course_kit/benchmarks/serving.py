@@ -40,6 +40,7 @@ from ..batching import loadgen
 from ..models import llama
 from ..batching.server import free_port
 from ..batching.client import LoadClient, greedy_tokens, request_body
+from ..device import has_cuda
 
 HOST = "127.0.0.1"
 
@@ -248,11 +249,11 @@ def offline_ceiling(model: llama.Transformer, lengths, p: dict) -> dict:
 
 @bench.topic("serving", help="TTFT/TPOT against Poisson request rate: course server vs transformers serve")
 def run(params: dict) -> dict:
-    cuda = torch.cuda.is_available() and str(params.get("device", "cuda")).startswith("cuda")
+    cuda = has_cuda() and str(params.get("device", "cuda")).startswith("cuda")
     p = {**_defaults(params.get("size", "cpu"), cuda),
          **{k: v for k, v in params.items() if k not in ("size", "device", "dtype")}}
     dev = "cuda" if cuda else "cpu"
-    dtype = _dtype_name(params.get("dtype") or _device.defaults()["dtype"])
+    dtype = _dtype_name(_device.param_dtype(params))
     if not cuda:
         dtype = "float32"                        # CPU: the engine's kernels and the peer in fp32
     p["dtype"] = dtype

@@ -9,6 +9,7 @@ import torch
 
 from .. import bench
 from ..streams import gpu
+from ..device import has_cuda
 
 
 def _tl(t) -> list[dict]:
@@ -17,7 +18,7 @@ def _tl(t) -> list[dict]:
 
 @bench.topic("streams", help="CUDA streams: concurrency, events, races and copy/compute overlap")
 def run(params: dict) -> dict:
-    if not torch.cuda.is_available():
+    if not has_cuda():
         raise RuntimeError("`course-kit bench streams` needs a CUDA GPU")
     n_streams = int(params.get("n_streams", 4))
     kernel_ms = float(params.get("kernel_ms", 2.0))

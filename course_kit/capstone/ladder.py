@@ -15,6 +15,7 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from ..narrate import rate
+from ..device import has_cuda
 
 TECHNIQUES = ("continuous batching + paged KV", "CUDA graphs", "fused blocks", "async loop")
 # the record's row names, in ladder order (benchmarks/capstone.py engine_variants)
@@ -78,7 +79,7 @@ def live_run(enabled: Sequence[str], n_requests: int = 6, seed: int = 0,
     from ..benchmarks.capstone import _build, engine_variants
     from ..engine import SamplingParams, trace
     from ..models import llama
-    cuda = torch.cuda.is_available()
+    cuda = has_cuda()
     dev = "cuda" if cuda else "cpu"
     model = llama.Transformer.from_preset("tiny", seed=seed, device=dev)
     work = trace.synthetic(n_requests, (4, 32), (4, 16), model.config.vocab_size, seed=seed)

@@ -6,6 +6,7 @@ from typing import Any, Callable
 import torch
 
 import re
+from ..device import has_cuda
 
 # Host-side API calls that launch work on the GPU: one per eager kernel, one per CUDA-graph replay
 # (cudaLaunchKernel, cudaLaunchKernelExC, cuLaunchKernel(Ex) from Triton, cudaGraphLaunch, ...).
@@ -22,7 +23,7 @@ def _device_time_us(evt: Any) -> float:
 def profile_launches(fn: Callable, *args: Any, calls: int = 3, top: int = 8) -> dict:
     """Profile `calls` calls of fn(*args) (already warmed up) on a GPU: launch calls and GPU kernels
     per call, and the `top` kernels by GPU time."""
-    if not torch.cuda.is_available():
+    if not has_cuda():
         raise RuntimeError("profile_launches needs a CUDA GPU")
     from torch.profiler import ProfilerActivity, profile
     torch.cuda.synchronize()

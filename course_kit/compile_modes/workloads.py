@@ -9,6 +9,7 @@ from typing import Callable
 import torch
 
 from ..models.tiny_gpt import TinyGPT, batches, config, markov_tokens
+from ..device import autocast_dtype, compute_dtype
 
 
 class DecodeStep(torch.nn.Module):
@@ -33,9 +34,11 @@ class DecodeStep(torch.nn.Module):
         return self.model.decode(token, pos, self.caches())
 
 
-def decode_setup(preset: str = "small_gpu", *, device: str = "cuda", dtype: torch.dtype = torch.bfloat16,
+def decode_setup(preset: str = "small_gpu", *, device: str = "cuda", dtype: torch.dtype | None = None,
                  seed: int = 0, positions: int = 16, **overrides: int):
-    """(step module, inputs: list of (token[1], pos[1]) tuples for positions 0..positions-1)."""
+    """(step module, inputs: list of (token[1], pos[1]) tuples for positions 0..positions-1);
+    `dtype` defaults to the course's rule for this machine (device.compute_dtype)."""
+    dtype = dtype if dtype is not None else compute_dtype()
     model = TinyGPT.from_preset(preset, seed=seed, device=device, dtype=dtype, **overrides).eval()
     step = DecodeStep(model)
     g = torch.Generator().manual_seed(seed)
@@ -66,10 +69,13 @@ def train_setup(preset: str = "small_gpu", *, device: str = "cuda", batch: int =
 
 def make_train_step(model: TinyGPT, opt: torch.optim.Optimizer, loss_fn: Callable | None = None,
                     device_type: str = "cuda") -> Callable:
-    """A step: (possibly compiled) loss under bf16 autocast, backward, optimizer step. Returns the loss.
-    Only the model's loss is compiled; the (fused) optimizer step is the same eager code everywhere."""
+    """A step: (possibly compiled) loss under 16-bit autocast (device.autocast_dtype: bf16, fp16 on a
+    T4), backward, optimizer step. Returns the loss. Only the model's loss is compiled; the (fused)
+    optimizer step is the same eager code everywhere."""
+    half = autocast_dtype(device_type)
+
     def loss_eager(tokens: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(device_type, dtype=torch.bfloat16):
+        with torch.autocast(device_type, dtype=half):
             return model.loss(tokens)
 
     fn = loss_fn if loss_fn is not None else loss_eager

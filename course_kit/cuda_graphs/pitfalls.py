@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from .runner import capture
+from ..device import has_cuda
 
 # ----------------------------------------------------------------------------- pitfalls
 
@@ -148,7 +149,7 @@ def demonstrate_pitfalls() -> dict:
 def run_pitfalls(timeout_s: float = 180) -> list[dict]:
     """The pitfalls demonstrated on the GPU, in a fresh process (a failed capture can leave the
     CUDA context unusable, so never in the notebook's own); on a CPU, the explanations only."""
-    if not torch.cuda.is_available():
+    if not has_cuda():
         return [dict(p) for p in PITFALLS]
     try:
         proc = subprocess.run([sys.executable, "-m", "course_kit.cuda_graphs.pitfalls", "--pitfalls"],

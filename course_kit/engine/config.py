@@ -1,13 +1,18 @@
 """Every option of the engine in one object, passed whole to the parts that read it (notebook 06).
 
-`Engine(model, EngineConfig(...))` resolves the defaults that depend on the model
-(`EngineConfig.resolved`) and hands the same config to `Scheduler(config, blocks)` and
-`ModelRunner(model, config)`, as nano-vllm does: a new option is one field here, read where it
-is used, rather than one more positional argument threaded through every constructor.
+`Engine(model, EngineConfig(...))` resolves every default that depends on the model or the device
+(`EngineConfig.resolved`, the one place they are decided) and hands the same config to
+`Scheduler(config, blocks)` and `ModelRunner(model, config)`, as nano-vllm does: a new option is
+one field here, read where it is used, rather than one more positional argument threaded through
+every constructor. A config is never changed in place: overrides and defaults make a copy.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+
+import torch
+
+from ..attention.registry import triton_kernels
 
 
 @dataclass
@@ -25,17 +30,31 @@ class EngineConfig:
     fuse: bool | str | None = None       # compile the blocks around attention (default: on CUDA)
     check_invariants: bool = False       # check the block manager after every step (tests)
 
-    def resolved(self, max_positions: int) -> "EngineConfig":
-        """A copy with the model-dependent defaults filled in: `max_model_len` (never more than
-        the model's `max_positions`) and `num_blocks`. Resolving twice changes nothing."""
+    def resolved(self, max_positions: int, device: "torch.device | str" = "cpu") -> "EngineConfig":
+        """A copy with every default filled in: `max_model_len` (never more than the model's
+        `max_positions`), `num_blocks`, and for the model's `device`: `cuda_graphs` (on a GPU),
+        `varlen` and `fuse` (where the course's Triton kernels run, `registry.triton_kernels`).
+        Resolving twice changes nothing."""
         if max_positions < 1:
             raise ValueError(f"max_positions must be >= 1, got {max_positions}")
         if self.block_size < 1:
             raise ValueError(f"block_size={self.block_size} must be >= 1")
+        on_cuda, triton = torch.device(device).type == "cuda", triton_kernels(device)
         max_len = min(self.max_model_len or max_positions, max_positions)
         blocks_per_seq = -(-max_len // self.block_size)
         return replace(self, max_model_len=max_len,
-                       num_blocks=self.num_blocks or self.max_num_seqs * blocks_per_seq)
+                       num_blocks=self.num_blocks or self.max_num_seqs * blocks_per_seq,
+                       cuda_graphs=on_cuda if self.cuda_graphs is None else self.cuda_graphs,
+                       varlen=triton if self.varlen is None else self.varlen,
+                       fuse=triton if self.fuse is None else self.fuse)
+
+    def with_options(self, **overrides) -> "EngineConfig":
+        """A copy with some options changed (this one is left as it is); an unknown name is an error."""
+        names = {f.name for f in fields(self)}
+        unknown = sorted(set(overrides) - names)
+        if unknown:
+            raise ValueError(f"unknown engine option {', '.join(map(repr, unknown))}; choices: {sorted(names)}")
+        return replace(self, **overrides)
 
     @property
     def max_blocks_per_seq(self) -> int:

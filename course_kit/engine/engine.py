@@ -27,12 +27,8 @@ from .sequence import SamplingParams, Sequence, Status
 
 class Engine:
     def __init__(self, model: llama.Transformer, config: EngineConfig | None = None, **overrides) -> None:
-        cfg = config or EngineConfig()
-        for k, v in overrides.items():
-            if not hasattr(cfg, k):
-                raise ValueError(f"unknown engine option {k!r}; choices: {sorted(vars(EngineConfig()))}")
-            setattr(cfg, k, v)
-        self.config = cfg = cfg.resolved(model.config.max_seq_len)
+        cfg = (config or EngineConfig()).with_options(**overrides)     # the caller's config stays as it is
+        self.config = cfg = cfg.resolved(model.config.max_seq_len, next(model.parameters()).device)
         self.model = model
         self.max_model_len = cfg.max_model_len
         self.blocks = BlockManager(cfg.num_blocks, cfg.block_size, cfg.prefix_caching)

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..attention import triton_installed
-from ..attention.engine_step import TILE_M, EngineBatch, engine_attention
+from ..attention.registry import triton_kernels
+from ..attention.engine_step import EngineBatch, engine_attention
+from ..attention.paged import TILE_M
 from ..models import llama, sampling
 from .block_manager import BlockManager
 from .config import EngineConfig
@@ -87,7 +88,7 @@ class StepInputs:
 
 class ModelRunner:
     def __init__(self, model: llama.Transformer, config: EngineConfig) -> None:
-        config = config.resolved(model.config.max_seq_len)
+        config = config.resolved(model.config.max_seq_len, next(model.parameters()).device)
         self.config = config
         num_blocks, block_size, max_num_seqs = config.num_blocks, config.block_size, config.max_num_seqs
         cuda_graphs, varlen, fuse = config.cuda_graphs, config.varlen, config.fuse
@@ -102,12 +103,11 @@ class ModelRunner:
         self.block_size = block_size
         self.max_blocks_per_seq = config.max_blocks_per_seq
         self.max_num_seqs = max_num_seqs
-        model.set_attention(paged=engine_attention)
         on_cuda = self.device.type == "cuda"
         if cuda_graphs and not on_cuda:
             raise ValueError("cuda_graphs=True needs the model on a CUDA device")
-        self.varlen = (on_cuda and triton_installed()) if varlen is None else varlen
-        self.use_graphs = on_cuda if cuda_graphs is None else cuda_graphs
+        self.triton = triton_kernels(self.device)
+        self.varlen, self.use_graphs = varlen, cuda_graphs
         # mixed steps hold at most the token budget plus one token per other row, plus a pad row
         self.mixed_rows = max_num_seqs + 1
         top = max_num_batched_tokens + self.mixed_rows
@@ -117,8 +117,6 @@ class ModelRunner:
         self.graphs: dict[tuple[str, int], torch.cuda.CUDAGraph] = {}
         self._pin = on_cuda
         # fused blocks (default on a GPU with Triton): Inductor compiles them at the first step
-        if fuse is None:
-            fuse = on_cuda and triton_installed()
         self.fused = _fuse(model, fuse)
 
     # ---- inputs -------------------------------------------------------------------------
@@ -223,7 +221,7 @@ class ModelRunner:
             slot_mapping=self._tensor(h["slots"], torch.int64), query_start=self._tensor(qs, torch.int32),
             context_lens=self._tensor(h["ctx"], torch.int32), block_tables=self._tensor(h["tables"], torch.int32),
             max_query_len=max(b - a for a, b in zip(qs, qs[1:])), num_decode=num_decode, prefills=[],
-            tiles=tiles)
+            tiles=tiles, triton_decode=self.triton)
 
     # ---- model --------------------------------------------------------------------------
     @torch.inference_mode()
@@ -231,7 +229,7 @@ class ModelRunner:
         """Logits [rows, V] of the step (graph replay where the padded shape was captured)."""
         if inputs.graph is not None and self.use_graphs:
             return self._replay(inputs)
-        return self.model.forward_paged(inputs.batch, self.cache)
+        return self.model.forward_paged(inputs.batch, self.cache, attention=engine_attention)
 
     def sample(self, logits: torch.Tensor, inputs: StepInputs) -> list[int | None]:
         """One token per item that samples (None for mid-prefill chunks). One host sync."""
@@ -269,11 +267,11 @@ class ModelRunner:
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 for _ in range(2):                   # warm-up: Triton compiles, allocator settles
-                    self.model.forward_paged(batch, self.cache)
+                    self.model.forward_paged(batch, self.cache, attention=engine_attention)
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                self._out[key] = self.model.forward_paged(batch, self.cache)
+                self._out[key] = self.model.forward_paged(batch, self.cache, attention=engine_attention)
             pool = graph.pool()
             self.graphs[key] = graph
             self._buf["qstart"].copy_(torch.arange(R + 1, dtype=torch.int32, device=dev))
@@ -304,7 +302,8 @@ class ModelRunner:
         if kind == "decode":
             return EngineBatch(tokens=b["tokens"][:n], positions=b["positions"][:n], slot_mapping=b["slots"][:n],
                                query_start=b["qstart"][:n + 1], context_lens=b["ctx"][:n],
-                               block_tables=b["tables"][:n], max_query_len=1, num_decode=n, prefills=[])
+                               block_tables=b["tables"][:n], max_query_len=1, num_decode=n, prefills=[],
+                               triton_decode=self.triton)
         R, tiles = self.mixed_rows, n // TILE_M + self.mixed_rows
         return EngineBatch(tokens=b["tokens"][:n], positions=b["positions"][:n], slot_mapping=b["slots"][:n],
                            query_start=b["qstart"][:R + 1], context_lens=b["ctx"][:R],

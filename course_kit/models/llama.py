@@ -22,7 +22,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..attention.gqa import sdpa_gqa
-from ..attention.registry import DECODE_ATTENTION, PAGED_ATTENTION, lookup, register_attention  # noqa: F401
+from ..attention.registry import (DECODE_ATTENTION, PAGED_ATTENTION, default_paged, lookup,  # noqa: F401
+                                  register_attention)
 from .kv_cache import PagedBatch, PagedKVCache, StaticKVCache
 from . import sampling
 
@@ -311,9 +312,16 @@ class Transformer(nn.Module):
             fn=self.decode_attention, scale=self.scale)))
 
     @torch.no_grad()
-    def forward_paged(self, batch: PagedBatch, cache: PagedKVCache) -> torch.Tensor:
-        """New tokens of B sequences -> logits of each sequence's last new token [B, V]."""
-        attn = self.paged_attention or PAGED_ATTENTION["gather" if batch.tokens.is_cuda else "reference"]
+    def forward_paged(self, batch: PagedBatch, cache: PagedKVCache,
+                      attention: str | Callable | None = None) -> torch.Tensor:
+        """New tokens of B sequences -> logits of each sequence's last new token [B, V].
+        `attention` (a registered name or a callable) is this call's paged attention; the engine
+        passes its own here, so running an engine never rewires the model. Without it: the one
+        set with `set_attention`, else the registry's default for the device."""
+        if attention is not None:
+            attn = lookup("paged", attention)
+        else:
+            attn = self.paged_attention or PAGED_ATTENTION[default_paged(batch.tokens.device)]
         slots = batch.slot_mapping.long()
         h = self._run_layers(batch.tokens, batch.positions, lambda i: partial(
             _paged_attend, k_cache=cache.k[i], v_cache=cache.v[i], slots=slots, batch=batch, fn=attn,

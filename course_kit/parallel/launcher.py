@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import multiprocessing as mp
+from ..device import has_cuda
 
 BACKENDS = ("auto", "gloo", "nccl")
 
@@ -54,9 +55,9 @@ def resolve_backend(backend: str, world_size: int) -> str:
         raise ValueError(f"world_size={world_size}; it must be >= 1")
     import torch
     if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        backend = "nccl" if has_cuda() else "gloo"
     if backend == "nccl":
-        n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        n_gpu = torch.cuda.device_count() if has_cuda() else 0
         if n_gpu == 0:
             raise ValueError(f"backend='nccl' needs CUDA GPUs (one per rank) and none is visible; "
                              f"world_size={world_size} needs {world_size} GPUs; use backend='gloo'")

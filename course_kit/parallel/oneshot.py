@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from . import comm
+from ..device import has_cuda
 
 
 def symmetric_memory_group(group: Any = None) -> str:
@@ -67,7 +68,7 @@ def enable_one_shot_all_reduce(group: Any = None, max_numel: int = 1 << 16,
     before trusting the path, and every rank agrees on the outcome, so all ranks take the same
     path afterwards."""
     _, n = comm.world(group)
-    if n == 1 or not torch.cuda.is_available():
+    if n == 1 or not has_cuda():
         return None
     dev = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
     fast, ok = None, True

@@ -23,10 +23,11 @@ import time
 import torch
 
 from .recorder import EventRecorder
+from ..device import compute_dtype, has_cuda
 
 
 def _need_cuda() -> None:
-    if not torch.cuda.is_available():
+    if not has_cuda():
         raise RuntimeError("this demonstration needs a CUDA GPU; on a CPU the notebook shows the "
                            "recorded H200 results (course_kit.notebook.gpu_only('streams'))")
 
@@ -73,7 +74,7 @@ def concurrency_demo(n_streams: int = 4, kind: str = "spin", kernel_ms: float = 
         arg = int(kernel_ms * cycles_per_ms())
     elif kind == "matmul":
         g = torch.Generator(device="cuda").manual_seed(0)
-        a = torch.randn(matmul_size, matmul_size, device="cuda", dtype=torch.bfloat16, generator=g)
+        a = torch.randn(matmul_size, matmul_size, device="cuda", dtype=compute_dtype(), generator=g)
         arg = (a, a.T.contiguous(), matmul_reps)
     else:
         raise ValueError(f"kind {kind!r} not in ('spin', 'matmul')")
@@ -276,8 +277,8 @@ def copy_overlap_demo(mbytes: int = 256, matmul_size: int = 4096, repeat: int = 
     pinned = pageable.pin_memory()
     dst = torch.empty(n, device="cuda")
     g = torch.Generator(device="cuda").manual_seed(0)
-    a = torch.randn(matmul_size, matmul_size, device="cuda", dtype=torch.bfloat16, generator=g)
-    b = torch.randn(matmul_size, matmul_size, device="cuda", dtype=torch.bfloat16, generator=g)
+    a = torch.randn(matmul_size, matmul_size, device="cuda", dtype=compute_dtype(), generator=g)
+    b = torch.randn(matmul_size, matmul_size, device="cuda", dtype=compute_dtype(), generator=g)
     copy_stream = torch.cuda.Stream()
     main = torch.cuda.current_stream()
 

@@ -17,13 +17,14 @@ from typing import Iterator
 import torch
 
 from .timeline import Timeline
+from ..device import has_cuda
 
 
 class EventRecorder:
     """Collects host and CUDA-stream spans on one clock; `finish()` returns the Timeline."""
 
     def __init__(self, enabled_gpu: bool | None = None) -> None:
-        self.gpu_enabled = torch.cuda.is_available() if enabled_gpu is None else enabled_gpu
+        self.gpu_enabled = has_cuda() if enabled_gpu is None else enabled_gpu
         self.timeline = Timeline()
         self._pending: list[tuple[str, str, torch.cuda.Event, torch.cuda.Event]] = []
         if self.gpu_enabled:

@@ -87,7 +87,7 @@ x = torch.randn(MATMUL_N, MATMUL_N, device=P["device"])
 cold = bench.timeit(lambda: x @ x, warmup=0, repeat=1)
 warm = bench.timeit(lambda: x @ x, warmup=2, repeat=REPEAT)
 md(roofline.explain_timing(cold.median_s, warm.median_s, warm.spread, REPEAT,
-                          bench.unsynchronised_time(lambda: x @ x, repeat=REPEAT) if torch.cuda.is_available() else None))
+                          bench.unsynchronised_time(lambda: x @ x, repeat=REPEAT) if P["device"] == "cuda" else None))
 
 # %% [markdown]
 # ## 3. Memory bandwidth

@@ -193,7 +193,7 @@ md(f"Over {len(shapes)} different batch sizes: static shapes compiled **{c['stat
 
 # %%
 own_rows = []
-if torch.cuda.is_available():
+if P["device"] == "cuda":
     from course_kit.benchmarks.compile import measure_decode
     own_rows, _ = measure_decode(["eager", "default", "reduce-overhead"], "cuda",
                                  dict(preset="smoke", d_model=256, n_heads=4, n_layers=4, vocab=8192, seq_len=256),

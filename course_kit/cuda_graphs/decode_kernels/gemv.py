@@ -43,6 +43,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from .exchange import (SPIN_LIMIT, Push, Sum, push_rows, signal_ranks, wait_for_ranks)
+from ...device import multiprocessors
 
 HAS_PDL = hasattr(getattr(getattr(tl, "extra", None), "cuda", None), "gdc_wait")   # Triton >= 3.4
 MAX_ROWS = 8                 # a batch above this is a matrix product: cuBLAS's job, not a GEMV's
@@ -316,4 +317,4 @@ def argmax_buffers(weight: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Te
 def _sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 132   # the interpreter: block shapes as on the reference H200
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return multiprocessors(device)

@@ -34,11 +34,13 @@ from .argmax import greedy_tokens, tokens_from_blocks
 from .exchange import Exchange, Sum
 from .gemv import HAS_PDL, argmax_buffers, gemv
 from .qkv_rope import qkv_rope
+from ...device import current_capability
 
 
 def pdl_supported(device: torch.device) -> bool:
     """Programmatic dependent launch needs Hopper (compute capability 9.0) or newer."""
-    return HAS_PDL and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+    capability = current_capability(device)
+    return HAS_PDL and capability is not None and capability[0] >= 9
 
 
 class TritonDecodeStep:
