@@ -11,6 +11,8 @@ Every comparative or causal sentence a notebook prints is built from the numbers
 - `fits(need_bytes, have_bytes)`: "fits (12.0 of 139.8 GiB)" / "does not fit (...)".
 - `above_or_below(value, bound)`: "above" / "below" / "at".
 - `gib(n_bytes)`: one memory unit everywhere (GiB, 2**30 bytes), said so.
+- `live_vs_record(live, recorded, ...)`: a figure measured in this run, named as this run's with the
+  record's beside it when the two differ by more than 15% (a busy GPU, another card, a smaller size).
 
 Each phrase is tested in both directions and at its edges (tests/test_narrate.py).
 """
@@ -82,3 +84,29 @@ def fits(need_bytes: float, have_bytes: float) -> str:
     if need_bytes <= have_bytes:
         return f"fits ({gib(need_bytes):.1f} of {gib(have_bytes):.1f} GiB)"
     return f"does not fit ({gib(need_bytes):.1f} GiB needed, {gib(have_bytes):.1f} GiB available)"
+
+
+RECORD_AGREES_WITHIN = 0.15   # DESIGN.md, performance method: past 15%, a live figure is named as this run's
+
+
+def agrees_with_record(live: float, recorded: float, within: float = RECORD_AGREES_WITHIN) -> bool:
+    """Whether a live figure is within `within` (relative to the record) of the recorded one."""
+    _check(live, recorded)
+    return abs(live - recorded) <= within * recorded
+
+
+def live_vs_record(live: float, recorded: float | None, unit: str = "", digits: int = 1,
+                   within: float = RECORD_AGREES_WITHIN) -> str:
+    """A live figure as a notebook states it, next to the record of the same GPU.
+
+    '794.1 TFLOP/s' where there is no record or the two agree within 15%; otherwise
+    '615.0 TFLOP/s in this run (the record: 794.1, 23% lower; this run shared its GPU or ran at
+    another size)', so an executed copy never prints a contended number as the GPU's own."""
+    sep = " " if unit else ""
+    text = f"{live:,.{digits}f}{sep}{unit}"
+    if recorded is None or agrees_with_record(live, recorded, within):
+        return text
+    off = abs(live - recorded) / recorded
+    direction = "lower" if live < recorded else "higher"
+    return (f"{text} in this run (the record: {recorded:,.{digits}f}, {off:.0%} {direction}; this run "
+            f"shared its GPU or ran at another size)")

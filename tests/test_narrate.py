@@ -40,3 +40,17 @@ def test_fits_uses_one_unit_and_both_outcomes():
     assert narrate.fits(have, have).startswith("fits")             # the edge: exactly full fits
     with pytest.raises(ValueError):
         narrate.fits(1.0, 0.0)
+
+
+def test_a_live_figure_within_15_percent_of_its_record_is_stated_alone():
+    assert narrate.live_vs_record(700.0, 794.0, "TFLOP/s") == "700.0 TFLOP/s"     # 11.8% off
+    assert narrate.live_vs_record(900.0, 794.0, "TFLOP/s") == "900.0 TFLOP/s"     # 13.4% off
+    assert narrate.live_vs_record(615.0, None, "TFLOP/s") == "615.0 TFLOP/s"
+
+
+def test_a_live_figure_far_from_its_record_is_named_as_this_runs_in_both_directions():
+    low = narrate.live_vs_record(615.0, 794.0, "TFLOP/s")
+    assert low.startswith("615.0 TFLOP/s in this run") and "the record: 794.0" in low and "23% lower" in low
+    high = narrate.live_vs_record(1.96, 1.60, "x", digits=2)
+    assert "1.96 x in this run" in high and "the record: 1.60" in high and "22% higher" in high
+    assert not narrate.agrees_with_record(794.0 * 0.849, 794.0) and narrate.agrees_with_record(794.0 * 0.851, 794.0)
