@@ -5,11 +5,12 @@ Nothing here computes course content; it only displays what the pure functions r
 from __future__ import annotations
 
 import inspect
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 
-from . import device, reference
+from . import device, narrate, reference
 from .device import has_cuda
 
 
@@ -99,14 +100,64 @@ def _display_bundle(bundle: dict) -> None:
     display(bundle, raw=True)
 
 
-def md(text: str) -> None:
-    """Display Markdown; used for "what just happened" paragraphs built from computed numbers."""
+@dataclass(frozen=True)
+class Headline:
+    """A headline figure of this run, beside the record of the same GPU (None: no such record)."""
+    name: str
+    live: float
+    recorded: float | None
+    unit: str = ""
+    digits: int = 1
+
+    @property
+    def text(self) -> str:
+        """How the figure is stated: alone, or named as this run's when it is >15% off the record."""
+        return narrate.live_vs_record(self.live, self.recorded, self.unit, self.digits)
+
+
+def headline(name: str, live: float, recorded: float | None, unit: str = "", digits: int = 1) -> Headline:
+    """A live headline figure; put `h.text` in the paragraph and pass `headlines=[h]` to `md`, which
+    tags the output with it so that `course-kit record` can check every executed copy against the
+    record of its GPU (DESIGN.md: a live number >15% off the record is named as this run's)."""
+    return Headline(name, float(live), None if recorded is None else float(recorded), unit, digits)
+
+
+HEADLINES_KEY = "course_kit_headlines"   # in a Markdown output's metadata: the figures its text states
+
+
+def md(text: str, headlines: "list[Headline] | None" = None) -> None:
+    """Display Markdown; used for "what just happened" paragraphs built from computed numbers.
+    `headlines`: the live headline figures the text states (see `headline`), kept in the output's
+    metadata."""
     try:
         from IPython.display import Markdown
     except ImportError:
         print(text)
         return
-    _display(Markdown(text))
+    meta = {HEADLINES_KEY: [asdict(h) | {"text": h.text} for h in headlines]} if headlines else None
+    if meta is None:
+        _display(Markdown(text))
+        return
+    from IPython.display import display
+    display(Markdown(text), metadata=meta)
+
+
+def headline_problems(executed: dict) -> list[str]:
+    """Headline figures of an executed notebook (its JSON) that break DESIGN.md's rule: a live figure
+    more than 15% off the record of its GPU must be named as this run's in the text shown. Empty
+    when every tagged figure agrees with its record or its paragraph says so."""
+    problems = []
+    for number, cell in enumerate(executed.get("cells", [])):
+        for out in cell.get("outputs", []):
+            for h in out.get("metadata", {}).get(HEADLINES_KEY, []):
+                if h.get("recorded") is None or narrate.agrees_with_record(h["live"], h["recorded"]):
+                    continue
+                shown = "".join(out.get("data", {}).get("text/markdown", ""))
+                if "in this run" not in h.get("text", "") or h["text"] not in shown:
+                    problems.append(f"cell {number}: {h['name']} = {h['live']:g} {h.get('unit', '')} is "
+                                    f"{abs(h['live'] / h['recorded'] - 1):.0%} off the record "
+                                    f"({h['recorded']:g}) and the text does not say it is this run's")
+    return problems
 
 
 def banner(text: str, kind: str = "info") -> None:

@@ -81,3 +81,18 @@ def test_record_runs_no_live_bench_under_emulation(tmp_path, monkeypatch):
     monkeypatch.setattr(device, "emulation", lambda: object())
     monkeypatch.setattr(bench, "run_topic", lambda topic, params: pytest.fail("ran a live bench under emulation"))
     assert notebook.record("amp", live=True)["summary"]["from"] == "h200"
+
+
+def test_a_headline_far_from_its_record_must_be_named_as_this_runs():
+    from course_kit import notebook
+    far = notebook.headline("bf16 TFLOP/s", 615.0, 794.0, "TFLOP/s")
+    near = notebook.headline("copy GB/s", 4100.0, 4261.7, "GB/s")
+    assert "in this run" in far.text and "in this run" not in near.text
+
+    def executed(text, heads):
+        meta = {notebook.HEADLINES_KEY: [dict(vars(h), text=h.text) for h in heads]}
+        return {"cells": [{"outputs": [{"data": {"text/markdown": text}, "metadata": meta}]}]}
+    assert notebook.headline_problems(executed(f"bf16 ran {far.text}.", [far, near])) == []
+    # the same figure printed bare (as a contended run once printed it) is caught
+    bad = notebook.headline_problems(executed("bf16 ran 615.0 TFLOP/s.", [far]))
+    assert len(bad) == 1 and "23% off the record" in bad[0]
