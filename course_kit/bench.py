@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from . import device as _device
-from .device import has_cuda
+from .device import default_device, has_cuda
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,7 +74,7 @@ def timeit(fn: Callable[..., Any], *, warmup: int = 3, repeat: int = 20,
     if warmup < 0 or repeat < 1:
         raise ValueError(f"need warmup >= 0 and repeat >= 1, got warmup={warmup}, repeat={repeat}")
     if device is None:
-        device = "cuda" if has_cuda() else "cpu"
+        device = default_device()
     args_cycle = itertools.cycle(inputs) if inputs else itertools.repeat(())
     for _ in range(warmup):
         fn(*next(args_cycle))

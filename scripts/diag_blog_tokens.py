@@ -13,6 +13,7 @@ from course_kit.benchmarks.async_engine import workload
 from course_kit.engine import SamplingParams
 from course_kit.engine.async_loop import AsyncEngine
 from course_kit.models import llama
+from course_kit.models.hf import model_to_hf
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 8
 NEW = int(sys.argv[2]) if len(sys.argv) > 2 else 8
@@ -39,7 +40,7 @@ for dtype, layers in PLAN:
     ab.LLAMA3_8B["n_layers"] = layers
     model = _build("llama-3-8b", dtype, DEV)
     prompts = workload(N, 128, 512, model.config.vocab_size, seed=1)
-    hf = llama.to_hf(model)
+    hf = model_to_hf(model)
     print(f"== {dtype}, {layers} layers: built in {time.time() - t0:.0f} s; HF attn {hf.config._attn_implementation}, "
           f"dtype {next(hf.parameters()).dtype}, rope {getattr(hf.config, 'rope_parameters', None)}", flush=True)
     with torch.no_grad():

@@ -5,6 +5,7 @@ import pytest
 
 from course_kit.benchmarks import async_blog
 from course_kit.streams.explain import explain_blog
+from course_kit.models.hf import model_to_hf
 
 
 def test_idle_fraction_by_hand():
@@ -68,7 +69,7 @@ def test_hf_generate_batch_runs_with_little_free_ram(monkeypatch):
         return type(v)(**{**v._asdict(), "total": psutil.Process().memory_info().rss + 1536 * 2**20})
     monkeypatch.setattr(psutil, "virtual_memory", scarce)
     model = llama.Transformer.from_preset("tiny", seed=0, dtype=torch.float32, device="cpu")
-    hf = llama.to_hf(model)
+    hf = model_to_hf(model)
     prompts = [[1, 2, 3, 4, 5], [6, 7, 8]]
     tokens, settings = hf_generate_batch(hf, prompts, [4, 4])
     assert [len(t) for t in tokens] == [4, 4] and settings["num_blocks"] == 3

@@ -7,6 +7,7 @@ import torch
 from course_kit.engine import Engine, SamplingParams
 from course_kit.engine.async_loop import AsyncEngine, timing_summary
 from course_kit.models import llama
+from course_kit.models.hf import model_to_hf
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,7 @@ def test_greedy_tokens_match_reference(model, prompts, reference, policy, mode, 
 
 
 def test_matches_hf_generate(model, prompts):
-    hf = llama.to_hf(model).eval()
+    hf = model_to_hf(model).eval()
     eng = AsyncEngine(model, mode="async", max_num_seqs=4, block_size=4)
     outs = eng.generate(prompts[:3], SamplingParams(max_new_tokens=8))
     for p, o in zip(prompts[:3], outs):

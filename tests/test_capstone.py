@@ -5,6 +5,7 @@ import torch
 
 from course_kit import bench
 from course_kit.benchmarks import capstone
+from course_kit.models.hf import model_to_hf
 
 
 def test_capstone_topic_smoke_on_cpu():
@@ -35,7 +36,7 @@ def test_gpu_engine_variants_match_hf_in_fp32():
     from course_kit.engine import SamplingParams
     from course_kit.models import llama
     m = llama.Transformer.from_preset("smollm-135m", seed=0, dtype=torch.float32, device="cuda")
-    hf = llama.to_hf(m)
+    hf = model_to_hf(m)
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, m.config.vocab_size, (n,), generator=g).tolist() for n in (17, 40, 5, 64)]
     ref = [hf_generate_greedy(hf, p, 24) for p in prompts]

@@ -16,6 +16,7 @@ from course_kit.cuda_graphs import runner as cg
 from course_kit.cuda_graphs.explain import explain_hbm, explain_kernels, forms_table, serial_profile
 from course_kit.cuda_graphs.decode_kernels import argmax, gemv as G, qkv_rope as QR, step as S
 from course_kit.models import llama  # noqa: E402
+from course_kit.models.hf import model_to_hf
 
 BF16_ULP = 2.0 ** -7   # relative spacing of bf16 numbers near 1
 
@@ -299,7 +300,7 @@ def test_gpu_triton_step_matches_model_decode(dtype):
 def test_gpu_triton_runner_gives_hf_greedy_tokens_in_fp32():
     from course_kit.benchmarks.batching import hf_generate_greedy
     model = llama.Transformer.from_preset("smollm-135m", seed=0, dtype=torch.float32, device="cuda")
-    hf = llama.to_hf(model)
+    hf = model_to_hf(model)
     prompts = [torch.randint(1, 40000, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (7, 20)]
     runner = cg.DecodeGraphRunner(model, 2, 128, kernels="triton", verbose=False)
     assert runner.use_graphs

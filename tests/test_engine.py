@@ -6,6 +6,7 @@ from course_kit.engine import Engine, SamplingParams
 from course_kit.attention.engine_step import EngineBatch, engine_attention, gather_decode
 from course_kit.attention.paged import paged_attention_reference
 from course_kit.models import llama
+from course_kit.models.hf import model_to_hf
 
 PROMPT_LENS = [5, 17, 33, 9, 40, 3, 26, 12]
 NEW_TOKENS = [8, 20, 5, 30, 12, 16, 3, 24]
@@ -35,7 +36,7 @@ def workload():
 
 @pytest.fixture(scope="module")
 def hf_reference(model, workload):
-    hf = llama.to_hf(model)
+    hf = model_to_hf(model)
     out = []
     for p, n in zip(workload, NEW_TOKENS):
         with torch.no_grad():
@@ -288,7 +289,7 @@ def test_bench_peer_helpers(model, workload, hf_reference):
     """The HF generate peer of `course-kit bench batching` (left-padded static batches) returns each
     request's own greedy tokens, and the correctness check forgives only true ties."""
     from course_kit.benchmarks.batching import _check_same, hf_generate_static
-    hf = llama.to_hf(model)
+    hf = model_to_hf(model)
     got = hf_generate_static(hf, workload[:3], NEW_TOKENS[:3], batch=2, pad_id=0)
     assert got == hf_reference[:3]
     assert _check_same(hf, workload[0], hf_reference[0], hf_reference[0], "same") == 0

@@ -5,6 +5,7 @@ import torch
 from course_kit.models import llama
 from course_kit.attention.paged import paged_attention_gather, paged_attention_reference
 from course_kit.models.kv_cache import PagedBatch, PagedKVCache
+from course_kit.models.hf import model_from_hf, model_from_pretrained, model_to_hf
 
 SCALED = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=32)
 
@@ -19,13 +20,13 @@ def scaled_config():
 @pytest.fixture(scope="module")
 def tiny():
     m = llama.Transformer.from_preset("tiny", seed=0)
-    return m, llama.to_hf(m)
+    return m, model_to_hf(m)
 
 
 @pytest.fixture(scope="module")
 def scaled():
     m = llama.Transformer.from_config(scaled_config(), seed=1)
-    return m, llama.to_hf(m)
+    return m, model_to_hf(m)
 
 
 def rel_err(a, b):
@@ -172,7 +173,7 @@ def test_save_pretrained_loads_offline(scaled, tmp_path, monkeypatch):
     hf.save_pretrained(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
-    loaded = llama.Transformer.from_pretrained(tmp_path)
+    loaded = model_from_pretrained(tmp_path)
     assert loaded.config.rope_scaling == SCALED and not loaded.config.tie_embeddings
     tokens = torch.randint(0, 320, (2, 30), generator=torch.Generator().manual_seed(8))
     with torch.no_grad():
@@ -181,7 +182,7 @@ def test_save_pretrained_loads_offline(scaled, tmp_path, monkeypatch):
 
 def test_from_hf_roundtrip_and_tied(tiny):
     model, hf = tiny
-    back = llama.Transformer.from_hf(hf)
+    back = model_from_hf(hf)
     assert back.config.tie_embeddings and back.output is None
     assert hf.lm_head.weight.data_ptr() == hf.model.embed_tokens.weight.data_ptr()
     tokens = torch.randint(0, 256, (1, 10), generator=torch.Generator().manual_seed(9))
@@ -232,7 +233,7 @@ def test_bf16_decode_runs_and_stays_close(tiny):
 @pytest.mark.gpu
 def test_gpu_bf16_matches_hf_and_paged_paths_agree():
     model = llama.Transformer.from_preset("smollm-135m", seed=0, dtype=torch.bfloat16, device="cuda")
-    hf = llama.to_hf(model)
+    hf = model_to_hf(model)
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, 49152, (2, 64), generator=g).cuda()
     with torch.no_grad():

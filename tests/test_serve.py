@@ -12,6 +12,7 @@ from course_kit.models import llama
 from course_kit.batching.server import BackgroundServer
 
 from test_engine import tiny_model
+from course_kit.models.hf import model_to_hf
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ def test_concurrent_streaming_clients_get_complete_correct_outputs(server, model
         async with httpx.AsyncClient(timeout=60) as client:
             return await asyncio.gather(*(stream(client, server.url, p, n) for p, n in zip(prompts, news)))
     results = asyncio.run(main())
-    hf = llama.to_hf(model)
+    hf = model_to_hf(model)
     for (tokens, final), p, n in zip(results, prompts, news):
         with torch.no_grad():
             ref = hf.generate(torch.tensor([p]), max_new_tokens=n, min_new_tokens=n, do_sample=False)

@@ -35,10 +35,6 @@ class PagedBatch:
     block_tables: torch.Tensor  # [B, max_blocks] int32, -1 padded
     max_query_len: int | None = None  # optional: saves a device->host sync in the gather path
 
-    @property
-    def num_seqs(self) -> int:
-        return self.context_lens.shape[0]
-
 
 def _seq_kv(cache: torch.Tensor, table_row: torch.Tensor, length: int) -> torch.Tensor:
     """K or V of one sequence, [length, n_kv, D], gathered from its blocks."""

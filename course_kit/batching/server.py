@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 
 from ..engine import Engine, EngineConfig, SamplingParams
 from .guard import BODY_TIMEOUT_S, MAX_BODY_BYTES, BodyLimit, json_safe
-from ..device import has_cuda
 
 try:
     from fastapi import FastAPI, HTTPException, Request
@@ -311,14 +310,16 @@ def build_engine(preset: str = "tiny", checkpoint: str | None = None, device: st
     """A model (preset with seeded weights, or a local checkpoint) inside an engine."""
     import torch
 
+    from ..device import compute_dtype, default_device, dtype_name
     from ..models import llama
-    device = device or ("cuda" if has_cuda() else "cpu")
+    from ..models.hf import model_from_pretrained
+    device = device or default_device()
     dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    dtype = dtype or ("bfloat16" if device.startswith("cuda") else "float32")
+    dtype = dtype or dtype_name(compute_dtype() if device.startswith("cuda") else torch.float32)
     if dtype not in dtypes:
         raise ValueError(f"dtype={dtype!r}; choose one of {sorted(dtypes)}")
     if checkpoint:
-        model = llama.Transformer.from_pretrained(checkpoint, dtype=dtypes[dtype], device=device)
+        model = model_from_pretrained(checkpoint, dtype=dtypes[dtype], device=device)
     else:
         model = llama.Transformer.from_preset(preset, seed=seed, dtype=dtypes[dtype], device=device)
     return Engine(model, EngineConfig(**engine_options))

@@ -18,7 +18,7 @@ import torch
 from .. import bench, narrate
 from ..amp import PRECISIONS, note, train
 from ..models.tiny_gpt import TinyGPT, batches, config, markov_tokens
-from ..device import has_cuda
+from ..device import default_device
 
 # Steps per mode at full size: fp32 is slow (~0.3 s/step at batch 8), fp16 + scaler runs longest as its
 # skipped-step fraction after warm-up is one of the targets.
@@ -156,7 +156,7 @@ def _release(device: str) -> float | None:
 
 @bench.topic("amp", help="AMP: step time, memory and skipped steps per precision mode")
 def run(params: dict) -> dict:
-    device = params.get("device") or ("cuda" if has_cuda() else "cpu")
+    device = params.get("device") or default_device()
     size = params.get("size", "full")
     preset = {"smoke": "smoke", "cpu": "cpu"}.get(size, size)
     preset = preset if preset in ("smoke", "cpu", "small_gpu", "full") else "full"

@@ -32,7 +32,8 @@ from ..engine.async_loop import AsyncEngine
 from ..models import llama
 from ..streams.timeline import _merged
 from .batching import drain_requests, hf_cpu_cache_sizes
-from ..device import has_cuda
+from ..device import default_device, has_cuda
+from ..models.hf import model_to_hf
 
 CLAIM = {"source": "Hugging Face blog, R. Ouazan Reboul, P. Cuenca, A. Roy Gosthipaty, "
                    "'Unlocking asynchronicity in continuous batching', 14 May 2026",
@@ -166,7 +167,7 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> float:
 def run_blog_case(size: str, dtype: torch.dtype, workload: Callable) -> dict:
     """The four runs; returns {"rows", "summary"} for the async record (a failed run is a row with its error)."""
     name, slots, (lo, hi), new, new_prof = SIZES[size]
-    dev = "cuda" if has_cuda() else "cpu"
+    dev = default_device()
     model = build_model(name, dtype, dev)
     prompts = workload(slots, lo, hi, model.config.vocab_size, seed=1)
     rows, tokens = [], {}
@@ -192,7 +193,7 @@ def run_blog_case(size: str, dtype: torch.dtype, workload: Callable) -> dict:
             after_timed=lambda: {"engine_timeline_gpu_idle": eng.timing()["gpu_idle_fraction"]}))
     del eng
     try:
-        hf = llama.to_hf(model)
+        hf = model_to_hf(model)
     except Exception as err:  # noqa: BLE001 - e.g. out of memory: the engine's rows stand
         rows += [{"system": "HF generate_batch", "mode": m, "model": name, "batch": slots,
                   "error": f"conversion to transformers failed: {type(err).__name__}: {err}"[:600]}

@@ -22,7 +22,7 @@ from .. import device as _device
 from ..engine import SamplingParams
 from ..engine.async_loop import AsyncEngine
 from ..models import llama
-from ..device import has_cuda
+from ..device import default_device
 
 # (models, batch sizes, requests per batch slot, prompt length range, new tokens) per size class
 _SIZES = {
@@ -101,7 +101,7 @@ def run(params: dict) -> dict:
     models = params.get("models", models)
     batches = [int(b) for b in params.get("batches", batches)]
     new_tokens = int(params.get("new_tokens", new_tokens))
-    dev = "cuda" if has_cuda() else "cpu"
+    dev = default_device()
     dtype = _device.param_dtype(params)   # fp16 on a T4
     rows, timelines, identical = [], {}, {}
     cases = [(m, b) for m in models for b in batches]

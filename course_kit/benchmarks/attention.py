@@ -20,7 +20,7 @@ import torch
 from .. import bench
 from .. import device as _device
 from ..attention import availability, naive, sdpa_backends, tiled
-from ..device import current_capability, has_cuda, multiprocessors
+from ..device import current_capability, default_device, multiprocessors
 
 ACCEPTANCE = {"batch": 4, "heads": 16, "seq_len": 4096, "head_dim": 128, "causal": True}
 SIZES = {
@@ -379,7 +379,7 @@ def run(params: dict) -> dict:
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}; got {size!r}")
     cfg = {**SIZES[size], **{k: v for k, v in params.items() if k in SIZES["full"]}}
-    dev = torch.device(params.get("device") or ("cuda" if has_cuda() else "cpu"))
+    dev = torch.device(params.get("device") or default_device())
     # the device's compute dtype (device.defaults): bf16, fp16 on a T4, fp32 on a CPU
     dtype = _device.param_dtype(params)
     acceptance = dict(ACCEPTANCE) if size == "full" else {

@@ -33,6 +33,7 @@ from ..engine.async_loop import AsyncEngine
 from ..engine.metrics import block_usage, policy_gain, slot_intervals
 from ..models import llama
 from ..device import has_cuda
+from ..models.hf import model_to_hf
 
 POLICIES = ("static", "dynamic", "continuous")
 
@@ -74,7 +75,7 @@ def check_fp32_against_hf(p: dict, prompts: list[list[int]], dev: str, engines: 
     divergence is forgiven only at a numerical tie. Returns ({name: True}, ties, the prompts)."""
     k, kt = p["check_requests"], p["check_tokens"]
     m32 = llama.Transformer.from_preset(p["preset"], seed=p["seed"], dtype=torch.float32, device=dev)
-    hf32 = llama.to_hf(m32)
+    hf32 = model_to_hf(m32)
     check_prompts = [x[:64] for x in prompts[:k]]
     ref = [hf_generate_greedy(hf32, x, kt) for x in check_prompts]
     checks, ties = {}, 0
@@ -245,7 +246,7 @@ def run(params: dict) -> dict:
         policy: (lambda m, policy=policy: Engine(m, policy=policy, **engine_opts, check_invariants=True))
         for policy in POLICIES})
     kt = p["check_tokens"]
-    hf = llama.to_hf(model)
+    hf = model_to_hf(model)
     hf_ref = [hf_generate_greedy(hf, pr, kt) for pr in check_prompts]
     eng_tok = [o.tokens for o in Engine(model, **engine_opts).generate(check_prompts, SamplingParams(max_new_tokens=kt))]
     agree = sum(a == b for x, y in zip(eng_tok, hf_ref) for a, b in zip(x, y)) / max(1, sum(len(x) for x in hf_ref))

@@ -27,6 +27,7 @@ from ..engine.async_loop import AsyncEngine
 from ..models import llama
 from .batching import _sync, check_fp32_against_hf, hf_generate_batch, hf_generate_static, time_peer
 from ..device import has_cuda
+from ..models.hf import model_to_hf
 
 
 def _defaults(size: str, cuda: bool) -> dict:
@@ -94,7 +95,7 @@ def _run(params: dict) -> dict:
     # ---- correctness: fp32, every engine variant token-identical to HF generate (or at a tie)
     checks, ties, _ = check_fp32_against_hf(p, prompts, dev, {
         name: (lambda m, spec=spec: _build(m, spec, opts)) for name, spec in variants.items()})
-    hf = llama.to_hf(model)
+    hf = model_to_hf(model)
 
     # ---- timed runs, one clock for all: output tokens / synchronised wall time
     results: list[dict] = []

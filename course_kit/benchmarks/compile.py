@@ -23,7 +23,7 @@ from ..compile_modes.autotune import autotune_choices, clear_autotune_memory, su
 from ..compile_modes.explain import explain_train
 from ..compile_modes.kernels import profile_launches
 from ..compile_modes.workloads import decode_reference, decode_setup, make_train_step, train_setup
-from ..device import has_cuda
+from ..device import default_device
 
 # max-autotune (autotuning + CUDA graphs) can be added with params {"decode_modes": [...]}: it is left
 # out by default to keep the run near three minutes.
@@ -149,7 +149,7 @@ def measure_train(modes: list[str], device: str, spec: dict, batch: int, repeat:
 
 @bench.topic("compile", help="torch.compile modes: decode step, training step, compile times")
 def run(params: dict) -> dict:
-    device = params.get("device") or ("cuda" if has_cuda() else "cpu")
+    device = params.get("device") or default_device()
     decode_modes = [check_mode(m) for m in params.get("decode_modes", DECODE_MODES)]
     train_modes = [check_mode(m) for m in params.get("train_modes", TRAIN_MODES)]
     small = params.get("size") in ("smoke", "cpu") or device != "cuda"

@@ -31,7 +31,8 @@ from ..cuda_graphs.explain import explain_hbm, explain_kernels, explain_reduce_o
 from ..models import llama
 from .batching import hf_generate_greedy
 from .model import build, free, hf_generate_tokens_per_s, weight_bytes
-from ..device import has_cuda
+from ..device import default_device
+from ..models.hf import model_to_hf
 
 SIZES = {
     "smoke": dict(preset="tiny", big=None, batches=[1, 2], max_seq=64, prompt_len=8, repeat=5,
@@ -122,7 +123,7 @@ def _runner_rows(name, runner, cfg, spec, device, results, preset):
 def run(params: dict) -> dict:
     size = params.get("size", "cpu")
     spec = {**SIZES[size], **{k: v for k, v in params.items() if k in SIZES["full"]}}
-    device = params.get("device") or ("cuda" if has_cuda() else "cpu")
+    device = params.get("device") or default_device()
     gpu = device == "cuda"
     dtype = device_info.param_dtype(params)  # fp16 on a T4
     results: list[dict] = []
@@ -233,7 +234,7 @@ def agreement(got: list[list[int]], want: list[list[int]]) -> float:
 def triton_fp32_vs_hf(preset: str, device: str, spec: dict) -> dict:
     """The Triton step's greedy tokens in float32 against HF generate on the same weights."""
     model = llama.Transformer.from_preset(preset, seed=0, dtype=torch.float32, device=device)
-    hf = llama.to_hf(model)
+    hf = model_to_hf(model)
     prompts = prompts_for(model.config, 2, spec["prompt_len"] // 2, seed=2)
     runner = cg.DecodeGraphRunner(model, 2, spec["max_seq"], verbose=False, kernels="triton")
     got = runner.generate(prompts, spec["check_tokens"])

@@ -15,7 +15,7 @@ import torch
 
 from .. import bench, device
 from ..dtypes import woq
-from ..device import has_cuda
+from ..device import default_device
 
 __all__ = ["VARIANTS", "Variant", "make_inputs", "check_variant", "run"]
 
@@ -134,7 +134,7 @@ def _supported(key: str, dev: str) -> Optional[str]:
 @bench.topic("dtypes", help="matmul TFLOP/s by dtype: fp32, tf32, bf16, fp16, fp8, int8")
 def run(params: dict) -> dict:
     """Check every variant, then time them all on n x n x n with rotated inputs."""
-    dev = params.get("device") or ("cuda" if has_cuda() else "cpu")
+    dev = params.get("device") or default_device()
     size = params.get("size", "smoke")
     n = int(params.get("n", SIZES.get(size, 128)))
     repeat = int(params.get("repeat", 30 if size == "full" else 10))

@@ -18,7 +18,8 @@ import torch
 from .. import bench
 from .. import device as device_info
 from ..models import llama
-from ..device import has_cuda
+from ..device import default_device, has_cuda
+from ..models.hf import model_to_hf
 
 SIZES = {
     "smoke": dict(presets=["tiny"], prompt_len=8, repeat=5, check_steps=4),
@@ -40,7 +41,7 @@ def sync(device) -> None:
 def build(preset: str, dtype: torch.dtype, device: str, seed: int = 0):
     """The course model with seeded weights and HF's LlamaForCausalLM holding the same weights."""
     model = llama.Transformer.from_preset(preset, seed=seed, dtype=dtype, device=device)
-    return model, llama.to_hf(model)
+    return model, model_to_hf(model)
 
 
 def prompt_for(cfg, length: int, device, seed: int = 0) -> torch.Tensor:
@@ -180,7 +181,7 @@ def free() -> None:
 def run(params: dict) -> dict:
     size = params.get("size", "cpu")
     spec = {**SIZES[size], **{k: params[k] for k in ("presets", "prompt_len", "repeat") if k in params}}
-    device = params.get("device") or ("cuda" if has_cuda() else "cpu")
+    device = params.get("device") or default_device()
     dtype = device_info.param_dtype(params)
     results, summary = [], {}
     for preset in bench.progress(spec["presets"], desc="presets"):

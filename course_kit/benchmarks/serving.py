@@ -41,6 +41,7 @@ from ..models import llama
 from ..batching.server import free_port
 from ..batching.client import LoadClient, greedy_tokens, request_body
 from ..device import has_cuda
+from ..models.hf import model_to_hf
 
 HOST = "127.0.0.1"
 
@@ -129,7 +130,7 @@ def write_peer_model(model: llama.Transformer, folder: Path) -> Path:
     word `t<id>` is token `id` (no special tokens), so text prompts carry exact token ids."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
-    hf = llama.to_hf(model)
+    hf = model_to_hf(model)
     for cfg in (hf.config, hf.generation_config):
         cfg.eos_token_id = cfg.bos_token_id = cfg.pad_token_id = None
     hf.save_pretrained(folder)

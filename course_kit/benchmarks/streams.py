@@ -5,7 +5,6 @@ timelines so that a CPU-only learner can see what ran where on the GPU.
 """
 from __future__ import annotations
 
-import torch
 
 from .. import bench
 from ..streams import gpu

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..narrate import rate
 from ..device import has_cuda
+from ..models.hf import model_to_hf
 
 TECHNIQUES = ("continuous batching + paged KV", "CUDA graphs", "fused blocks", "async loop")
 # the record's row names, in ladder order (benchmarks/capstone.py engine_variants)
@@ -92,7 +93,7 @@ def live_run(enabled: Sequence[str], n_requests: int = 6, seed: int = 0,
     todo = [n for n, spec in engine_variants(cuda).items() if needs[n] <= set(enabled)]
     out: dict[str, float] = {}
     total = len(todo) + 1
-    hf = llama.to_hf(model)
+    hf = model_to_hf(model)
     dt, _ = time_peer(lambda ps, ns: hf_generate_static(hf, ps, ns, 4), prompts, news)
     out["HF generate"] = sum(news) / dt
     if progress:

@@ -309,16 +309,6 @@ def compare(methods: tuple[str, ...] = METHODS, dim: int = 16) -> list[dict]:
     return rows
 
 
-def table_text(rows: list[dict], methods: tuple[str, ...] = METHODS) -> str:
-    """The comparison as Markdown (symbol plus detail in every cell)."""
-    head = "| case | " + " | ".join(methods) + " |\n|---|" + "---|" * len(methods)
-    lines = [head]
-    for row in rows:
-        cells = [f"{row[m].symbol} {row[m].detail}".replace("|", "\\|") for m in methods]
-        lines.append(f"| **{row['case']}** | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def measure(dim: int = 64, batch: int = 32, repeat: int = 20, methods: tuple[str, ...] = METHODS) -> list[dict]:
     """Capture time, and the median time of one call of each captured MLP block against eager."""
     from .. import bench

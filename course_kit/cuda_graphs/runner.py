@@ -19,7 +19,7 @@ import torch
 
 from .. import bench
 from ..models import llama, sampling
-from ..device import has_cuda
+from ..device import default_device
 
 CPU_MESSAGE = ("CUDA graphs need a CUDA GPU; on this machine DecodeGraphRunner runs the same padded "
                "decode step eagerly (no capture, no replay).")
@@ -59,7 +59,7 @@ def padding_plan(batches: Sequence[int], sizes: Sequence[int]) -> list[dict]:
 
 def launch_overhead(n_kernels: int = 1000, repeat: int = 20, device: str | None = None) -> dict:
     """N tiny kernels (an in-place add on 1 element) launched eagerly, against one graph replay."""
-    device = device or ("cuda" if has_cuda() else "cpu")
+    device = device or default_device()
     x = torch.zeros(1, device=device)
 
     def eager():

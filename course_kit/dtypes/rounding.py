@@ -131,10 +131,6 @@ class Rounding:
     outcome: str
     rel_error: float
 
-    def as_row(self) -> dict:
-        return {"format": self.format, "input": self.input, "stored": self.stored,
-                "bits": self.fields.bits, "outcome": self.outcome, "rel. error": self.rel_error}
-
 
 def _outcome(x: float, y: float, fmt: Format) -> str:
     if math.isnan(y):

@@ -79,10 +79,6 @@ class SchedulerOutput:
         return sum(s.num_tokens for s in self.scheduled) + self.num_padding_rows
 
     @property
-    def is_decode_only(self) -> bool:
-        return all(s.num_tokens == 1 for s in self.scheduled)
-
-    @property
     def empty(self) -> bool:
         return not self.scheduled
 

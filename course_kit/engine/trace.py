@@ -71,26 +71,3 @@ def write(path: str | Path, arrivals: list[float], prompt_lens: list[int], outpu
     with open(path, "w") as f:
         for a, p, o in zip(arrivals, prompt_lens, output_lens):
             f.write(json.dumps({"arrival": round(float(a), 4), "prompt_len": int(p), "output_len": int(o)}) + "\n")
-
-
-class TracePlayer:
-    """Releases requests when the clock passes their arrival time."""
-
-    def __init__(self, requests: list[TraceRequest]) -> None:
-        self.pending = sorted(requests, key=lambda r: r.arrival)
-        self._i = 0
-
-    def due(self, now: float) -> list[TraceRequest]:
-        out = []
-        while self._i < len(self.pending) and self.pending[self._i].arrival <= now:
-            out.append(self.pending[self._i])
-            self._i += 1
-        return out
-
-    @property
-    def next_arrival(self) -> float | None:
-        return self.pending[self._i].arrival if self._i < len(self.pending) else None
-
-    @property
-    def done(self) -> bool:
-        return self._i >= len(self.pending)

@@ -9,6 +9,8 @@ written and read, which each one passes to every layer as an `attend(q, k, v)` f
 
 Weights are fused where it saves reads at batch 1: q, k, v in one `wqkv`, gate and up in one `w13`.
 Attention itself is imported from `course_kit.attention`; `set_attention` swaps the kernels.
+To and from HF transformers (the oracle, and real checkpoints): `models/hf.py`, which imports this
+module and never the other way round.
 """
 from __future__ import annotations
 
@@ -58,11 +60,6 @@ class ModelConfig:
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; choices: {sorted(PRESETS)}")
         return replace(PRESETS[name])
-
-    @classmethod
-    def from_hf(cls, hf_config) -> "ModelConfig":
-        from .hf import config_from_hf
-        return config_from_hf(hf_config)
 
     def num_params(self) -> int:
         attn = self.dim * (self.n_heads + 2 * self.n_kv_heads) * self.head_dim + self.n_heads * self.head_dim * self.dim
@@ -249,16 +246,6 @@ class Transformer(nn.Module):
                     device: str | torch.device = "cpu") -> "Transformer":
         return cls.from_config(ModelConfig.from_preset(name), seed=seed, dtype=dtype, device=device)
 
-    @classmethod
-    def from_hf(cls, hf_model, dtype: torch.dtype | None = None, device=None) -> "Transformer":
-        from .hf import model_from_hf
-        return model_from_hf(hf_model, dtype=dtype, device=device)
-
-    @classmethod
-    def from_pretrained(cls, path, dtype: torch.dtype | None = None, device="cpu") -> "Transformer":
-        from .hf import model_from_pretrained
-        return model_from_pretrained(path, dtype=dtype, device=device)
-
     def set_attention(self, decode: str | Callable | None = None, paged: str | Callable | None = None) -> None:
         """Plug in attention kernels, by registered name or as callables (see attention/registry.py)."""
         if decode is not None:
@@ -341,12 +328,6 @@ class Transformer(nn.Module):
 def _check_dtype(dtype: torch.dtype) -> None:
     if dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"unsupported dtype {dtype}; choices: {list(SUPPORTED_DTYPES)}")
-
-
-def to_hf(model: Transformer):
-    """A transformers LlamaForCausalLM with the same weights (the oracle)."""
-    from .hf import model_to_hf
-    return model_to_hf(model)
 
 
 # ----------------------------------------------------------------------------- a reference loop

@@ -39,19 +39,6 @@ def _reduce_scatter_seq(x: torch.Tensor, group: Any) -> torch.Tensor:
     return x.chunk(n, dim=0)[rank].contiguous()
 
 
-class _GatherSeq(torch.autograd.Function):
-    """Forward: all-gather along the sequence (dim 0). Backward: reduce-scatter."""
-
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _gather_seq(x, group)
-
-    @staticmethod
-    def backward(ctx, g):
-        return _reduce_scatter_seq(g, ctx.group), None
-
-
 class _ReduceScatterSeq(torch.autograd.Function):
     """Forward: reduce-scatter along the sequence. Backward: all-gather."""
 

@@ -59,25 +59,6 @@ def scale_history(runs: Mapping[str, Any] | Sequence[Any], title: str = "Loss sc
     return fig
 
 
-def grad_histogram(hist: Mapping[str, Any], scale: float = 1.0, title: str | None = None) -> go.Figure:
-    """Gradient magnitudes per power of two (from `amp.log2_histogram`), against fp16's smallest
-    subnormal and smallest normal. With `scale`, also the same gradients multiplied by S."""
-    import math
-    lo = hist["log2_lo"]
-    fig = go.Figure()
-    fig.add_bar(x=lo, y=hist["counts"], name="true gradients", opacity=0.75)
-    if scale != 1.0:
-        shift = int(round(math.log2(scale)))
-        fig.add_bar(x=[e + shift for e in lo], y=hist["counts"], name=f"× scale 2^{shift}", opacity=0.5)
-    for x, label, color in ((hist["min_subnormal_log2"], "fp16 smallest subnormal 2^-24", "red"),
-                            (hist["min_normal_log2"], "fp16 smallest normal 2^-14", "orange"),
-                            (16, "fp16 max ≈ 2^16", "black")):
-        fig.add_vline(x=x, line_dash="dash", line_color=color, annotation_text=label, annotation_textangle=-90)
-    fig.update_layout(title=title or "Where the gradients sit against fp16's range",
-                      xaxis_title="log2 |gradient|", yaxis_title="count", barmode="overlay", height=400)
-    return fig
-
-
 def time_and_memory(runs: Mapping[str, Any] | Sequence[Any], warmup: int = 3,
                     title: str = "Step time and memory per precision mode",
                     peak_label: str = "peak GPU memory") -> go.Figure:

@@ -10,7 +10,7 @@ import contextlib
 import torch
 
 from ..bench import Timing, timeit
-from ..device import has_cuda
+from ..device import default_device
 
 MATMUL_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -61,7 +61,7 @@ def matmul_rate(n: int, dtype: str = "bf16", device: str = "cpu", repeat: int = 
 def measure(copy_mib: int, matmul_n: int, repeat: int = 20, device: str | None = None,
             dtypes: list[str] | None = None) -> list[dict]:
     """Copy bandwidth and the matmul rate for each dtype this device runs natively."""
-    device = device or ("cuda" if has_cuda() else "cpu")
+    device = device or default_device()
     if dtypes is None:
         from ..device import capabilities
         caps = capabilities() if device == "cuda" else capabilities(None)

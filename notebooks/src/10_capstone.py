@@ -203,11 +203,12 @@ fig
 from course_kit.benchmarks.batching import hf_generate_static
 from course_kit.engine import Engine, SamplingParams
 from course_kit.models import llama
+from course_kit.models.hf import model_to_hf
 
 PROMPT_LENS, NEW_TOKENS = [12, 30, 7, 22, 16, 9, 28, 5], [3, 40, 6, 33, 2, 38, 5, 30]
 RUNG_OPTS = dict(policy="continuous", max_num_seqs=4, max_num_batched_tokens=64)
 rung_model = llama.Transformer.from_preset("tiny", seed=0)
-rung_hf = llama.to_hf(rung_model)
+rung_hf = model_to_hf(rung_model)
 gen = torch.Generator().manual_seed(10)
 RUNG_PROMPTS = [torch.randint(1, rung_model.config.vocab_size, (n,), generator=gen).tolist() for n in PROMPT_LENS]
 # 1. predict (before measuring)
