@@ -27,7 +27,7 @@ from ..device import has_cuda
 
 def symmetric_memory_group(group: Any = None) -> str:
     """The name under which `group` (None: the world) rendezvouses symmetric memory; older torch
-    must first enable it per group. Shared with decode_kernels/exchange.py."""
+    must first enable it per group. Also what a TP shard hands the Triton step (tp_llama.TPComm)."""
     import torch.distributed._symmetric_memory as symm_mem
 
     name = (group if group is not None else dist.group.WORLD).group_name

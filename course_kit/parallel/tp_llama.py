@@ -19,8 +19,29 @@ import torch
 import torch.nn.functional as F
 
 from ..models import llama
-from .comm import gather_from_tp_region, world
+from .comm import all_reduce_sum, gather_from_tp_region, world
+from .oneshot import symmetric_memory_group
 from .tensor import RowParallelLinear, kv_heads_of_rank
+
+
+class TPComm:
+    """What a shard's decode step sends between ranks, handed to kernels that know nothing of
+    torch.distributed (notebook 05's Triton step, `cuda_graphs/decode_kernels`): parallel/ builds on
+    those kernels, never the other way round."""
+
+    def __init__(self, group: Any = None):
+        self.group = group
+        self.rank, self.world = world(group)
+
+    def all_reduce_sum(self, x: torch.Tensor) -> torch.Tensor:
+        return all_reduce_sum(x, self.group)
+
+    def gather_last(self, x: torch.Tensor) -> torch.Tensor:
+        """Every rank's slice along the last dimension, in rank order (the vocabulary's logits)."""
+        return gather_from_tp_region(x, self.group)
+
+    def symmetric_memory_name(self) -> str:
+        return symmetric_memory_group(self.group)
 
 
 class TPTransformer(llama.Transformer):
@@ -29,6 +50,7 @@ class TPTransformer(llama.Transformer):
     def __init__(self, cfg: llama.ModelConfig, vocab_shard: int, group: Any = None):
         super().__init__(cfg)
         self.group = group
+        self.comm = TPComm(group)
         self.output = None  # the head is the vocabulary slice below, tied or not
         self.lm_head = torch.nn.Parameter(torch.empty(vocab_shard, cfg.dim))
 

@@ -150,15 +150,17 @@ class Exchange:
         self._cache: dict[tuple, Any] = {}
 
     @classmethod
-    def for_group(cls, group: Any, layers: int, dim: int, vocab: int, dtype: torch.dtype,
+    def for_group(cls, comm: Any, layers: int, dim: int, vocab: int, dtype: torch.dtype,
                   device: torch.device, rows: int = 8, head_blocks: int = 1) -> "Exchange | None":
-        """This rank's exchange over symmetric memory (a collective); None where it is missing."""
+        """This rank's exchange over symmetric memory (a collective); None where it is missing.
+        `comm` is the shard's communication (parallel.tp_llama.TPComm: its group, the group's
+        symmetric-memory name)."""
         import torch.distributed as dist
 
-        from ...parallel.oneshot import symmetric_memory_group
+        group = comm.group
         try:
             import torch.distributed._symmetric_memory as symm_mem
-            group_name = symmetric_memory_group(group)
+            group_name = comm.symmetric_memory_name()
             kept = []
 
             def allocate(shape, dt):

@@ -29,7 +29,6 @@ import torch.nn.functional as F
 
 from ...attention.paged_triton import paged_decode_triton
 from ...models import llama
-from ...parallel.comm import all_reduce_sum, gather_from_tp_region, world
 from .argmax import greedy_tokens, tokens_from_blocks
 from .exchange import Exchange, Sum
 from .gemv import HAS_PDL, argmax_buffers, gemv
@@ -58,16 +57,17 @@ class TritonDecodeStep:
         self._argmax: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._blocks_of: tuple[torch.Tensor, int] | None = None   # (logits, their _version) of _argmax
         # a tensor-parallel shard (parallel/tp_llama.py) holds a slice of every weight, the head's
-        # a slice of the vocabulary; its products are summed or gathered across ranks
-        self.group = getattr(model, "group", None)
-        self.rank, self.world = world(self.group)
+        # a slice of the vocabulary; its products are summed or gathered across ranks through the
+        # communication it carries (`model.comm`, a parallel.tp_llama.TPComm); a whole model has none
+        self.comm = getattr(model, "comm", None)
+        self.rank, self.world = (self.comm.rank, self.comm.world) if self.comm is not None else (0, 1)
         # ... by an all-reduce kernel, or folded into the products (exchange.py): "auto" folds
         # them where symmetric memory works (GPUs joined by NVLink), None keeps the all-reduce
         head_blocks = argmax_buffers(model.head_weight, 1)[0].shape[1]   # the logits product's programs
         if exchange == "auto":
             exchange = None
             if self.world > 1 and self.device.type == "cuda":
-                exchange = Exchange.for_group(self.group, cfg.n_layers, cfg.dim, model.head_weight.shape[0] * self.world,
+                exchange = Exchange.for_group(self.comm, cfg.n_layers, cfg.dim, model.head_weight.shape[0] * self.world,
                                               model.head_weight.dtype, self.device, head_blocks=head_blocks)
         self.exchange = exchange
         if exchange is not None:
@@ -111,7 +111,7 @@ class TritonDecodeStep:
             return logits
         if self.world > 1:   # each rank holds a slice of the vocabulary: gather, then argmax the whole
             logits = gemv(model.head_weight, x, prologue="norm", norm_weight=model.norm.weight, eps=self.eps, pdl=pdl)
-            return gather_from_tp_region(logits, self.group)
+            return self.comm.gather_last(logits)
         if b not in self._argmax:    # made once per batch size, before capture (like _table)
             self._argmax[b] = argmax_buffers(model.head_weight, b)
         logits = gemv(model.head_weight, x, prologue="norm", norm_weight=model.norm.weight, eps=self.eps, pdl=pdl,
@@ -138,7 +138,7 @@ class TritonDecodeStep:
             gemv(weight, h, residual=residual, out=self.exchange.push_x(e, h.shape[0]), pdl=self.pdl)
             self.exchange.pushed()
             return self.exchange.sum_x(e, h.shape[0])
-        return all_reduce_sum(gemv(weight, h, residual=residual, pdl=self.pdl), self.group)
+        return self.comm.all_reduce_sum(gemv(weight, h, residual=residual, pdl=self.pdl))
 
     def greedy(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """The greedy token of each row (`sampling.sample` at temperature 0). For the logits this step
