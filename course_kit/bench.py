@@ -6,14 +6,11 @@ Also the registry of benchmark topics behind `course-kit bench TOPIC`: each file
 from __future__ import annotations
 
 import datetime
-import importlib
 import itertools
 import math
 import os
-import pkgutil
 import statistics
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -197,7 +194,6 @@ class Topic:
 
 
 _TOPICS: dict[str, Topic] = {}
-_IMPORT_ERRORS: dict[str, str] = {}
 
 
 def topic(name: str, help: str = "") -> Callable[[Callable[[dict], dict]], Callable[[dict], dict]]:
@@ -208,39 +204,9 @@ def topic(name: str, help: str = "") -> Callable[[Callable[[dict], dict]], Calla
     return register
 
 
-def topics() -> dict[str, Topic]:
-    """Every registered topic; importing `course_kit.benchmarks.*` registers them."""
-    from . import benchmarks
-    for info in pkgutil.iter_modules(benchmarks.__path__):
-        mod = f"{benchmarks.__name__}.{info.name}"
-        try:
-            importlib.import_module(mod)
-        except Exception:  # noqa: BLE001 - one broken topic must not hide the others
-            _IMPORT_ERRORS[mod] = traceback.format_exc(limit=3)
-    return dict(sorted(_TOPICS.items()))
-
-
-def import_errors() -> dict[str, str]:
-    return dict(_IMPORT_ERRORS)
-
-
-def run_topic(name: str, params: dict | None = None) -> dict:
-    """Run one topic with the device's defaults (overridden by `params`) and return its record."""
-    registry = topics()
-    if name not in registry:
-        raise ValueError(f"unknown topic {name!r}; choose one of: {', '.join(registry)} or all")
-    d = _device.defaults()
-    # the one dtype rule is device.defaults(); a benchmark reads params["dtype"] (a torch.dtype)
-    merged = {"size": d["size"], "device": d["device"], "dtype": d["dtype"], **(params or {})}
-    merged["dtype"] = _device.as_dtype(merged["dtype"])
-    t0 = time.perf_counter()
-    out = registry[name].run(merged)
-    record = {"topic": name, "environment": environment(), "params": {**merged, **out.get("params", {})},
-              "results": out.get("results", []), "summary": out.get("summary", {}),
-              "seconds": round(time.perf_counter() - t0, 2)}
-    for key, value in out.items():
-        record.setdefault(key, value)
-    return _jsonable(record)
+def jsonable(obj: Any) -> Any:
+    """A record made JSON-able: dtypes as names, tensors as lists, non-finite floats as None."""
+    return _jsonable(obj)
 
 
 def _jsonable(obj: Any) -> Any:

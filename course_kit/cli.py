@@ -35,7 +35,7 @@ def emulation_line() -> str | None:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from . import bench, device, reference
+    from . import benchmarks, device, reference
     line = emulation_line()
     if line:
         print(line)
@@ -57,8 +57,8 @@ def _doctor(args: argparse.Namespace) -> int:
         print(f"  {'yes' if ok else 'no ':<3}  {what}")
     print(f"  size class for notebooks: {device.size_class()}  (COURSE_KIT_SMOKE=1 selects 'smoke')")
     print(f"  reference records: {', '.join(reference.available()) or 'none'} (in {reference.root()})")
-    print(f"  bench topics: {', '.join(bench.topics())}")
-    for mod, err in bench.import_errors().items():
+    print(f"  bench topics: {', '.join(benchmarks.topics())}")
+    for mod, err in benchmarks.import_errors().items():
         print(f"  warning: bench topic module {mod} failed to import: {err.strip().splitlines()[-1]}")
     return 0
 
@@ -87,8 +87,8 @@ def _writable_folder(folder: Path) -> Path:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from . import bench, reference
-    registry = bench.topics()
+    from . import bench, benchmarks, reference
+    registry = benchmarks.topics()
     names = list(registry) if args.topic == "all" else [args.topic]
     unknown = [n for n in names if n not in registry]
     if unknown:
@@ -99,7 +99,7 @@ def _bench(args: argparse.Namespace) -> int:
     for name in names:
         print(f"== course-kit bench {name}", flush=True)
         try:
-            record = bench.run_topic(name, params)
+            record = benchmarks.run_topic(name, params)
         except Exception as err:  # noqa: BLE001 - one failing topic must not stop `all`
             if args.topic != "all":
                 raise

@@ -138,6 +138,17 @@ def has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+def use_triton_interpreter_without_cuda() -> None:
+    """Without CUDA, run Triton kernels on CPU tensors through Triton's interpreter.
+
+    Triton reads TRITON_INTERPRET when a kernel is *defined*, so every module that defines kernels
+    (attention/, cuda_graphs/decode_kernels/) calls this first. Nothing else does: importing the course model or the engine, which
+    need no Triton on a CPU, leaves the environment alone. An explicit setting is kept.
+    """
+    if not has_cuda():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
 def default_device() -> str:
     """"cuda" where a GPU is here, else "cpu": what `defaults()["device"]` holds."""
     return "cuda" if has_cuda() else "cpu"

@@ -214,10 +214,10 @@ def record(topic: str, slug: str | None = None, *, live: bool = False, quiet: bo
             return rec
         # an emulated GPU's speeds are the real GPU's, never the emulated one's: no live bench there
         if live and device.emulation() is None:
-            from . import bench
+            from . import benchmarks
             say(f"No record for this GPU ({own_slug}) yet: running <code>course-kit bench {topic}</code> live.",
                 "info")
-            return bench.run_topic(topic, {"size": device.defaults()["size"]})
+            return benchmarks.run_topic(topic, {"size": device.defaults()["size"]})
         rec = reference.load(topic, reference.REFERENCE_GPU)
         if rec is not None:
             say(f"<b>Recorded on another GPU, not this one.</b> No record for this GPU ({own_slug}) exists yet, "

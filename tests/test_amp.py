@@ -7,6 +7,7 @@ import torch
 
 from course_kit import amp
 from course_kit.models import tiny_gpt
+from course_kit import benchmarks
 
 
 @pytest.mark.parametrize("kw", [
@@ -164,8 +165,7 @@ def test_gpu_every_mode_trains_and_records_memory():
 
 
 def test_amp_bench_topic_smoke_on_cpu():
-    from course_kit import bench
-    rec = bench.run_topic("amp", {"size": "smoke", "device": "cpu", "modes": ["fp32", "fp16_scaler"]})
+    rec = benchmarks.run_topic("amp", {"size": "smoke", "device": "cpu", "modes": ["fp32", "fp16_scaler"]})
     s = rec["summary"]
     assert s["checks"]["same_scale_history"] and s["checks"]["same_params"] and s["checks_passed"]
     assert "fp16_scaler_speedup_vs_fp32" in s and set(s["targets"]) == {

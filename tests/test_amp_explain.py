@@ -4,7 +4,6 @@ the explainers in both directions (on hand-made rows and on the real H200 record
 from __future__ import annotations
 
 import gc
-import json
 from pathlib import Path
 
 import pytest

@@ -6,6 +6,7 @@ import pytest
 from course_kit.benchmarks import async_blog
 from course_kit.streams.explain import explain_blog
 from course_kit.models.hf import model_to_hf
+from course_kit import benchmarks
 
 
 def test_idle_fraction_by_hand():
@@ -16,8 +17,7 @@ def test_idle_fraction_by_hand():
 
 
 def test_blog_case_runs_four_ways_in_one_run_on_cpu():
-    from course_kit import bench
-    rec = bench.run_topic("async", {"size": "smoke", "batches": [2], "new_tokens": 4, "blog": True,
+    rec = benchmarks.run_topic("async", {"size": "smoke", "batches": [2], "new_tokens": 4, "blog": True,
                                     "progress": False})
     rows, s = rec["blog_results"], rec["summary"]["blog"]
     assert [(r["system"], r["mode"]) for r in rows] == [

@@ -8,6 +8,7 @@ from course_kit.engine import Engine, SamplingParams
 from course_kit.engine.async_loop import AsyncEngine, timing_summary
 from course_kit.models import llama
 from course_kit.models.hf import model_to_hf
+from course_kit import benchmarks
 
 
 @pytest.fixture(scope="module")
@@ -123,9 +124,8 @@ def test_gpu_async_matches_sync_engine():
 
 
 def test_bench_topic_runs_on_cpu_and_headline_rule():
-    from course_kit import bench
     from course_kit.benchmarks import async_engine
-    rec = bench.run_topic("async", {"size": "smoke", "batches": [2], "new_tokens": 4})
+    rec = benchmarks.run_topic("async", {"size": "smoke", "batches": [2], "new_tokens": 4})
     assert rec["summary"]["tokens_identical"] is True
     assert {r["mode"] for r in rec["results"]} == {"sync", "async"}
     assert set(rec["timelines"]) == {"tiny/b2/sync", "tiny/b2/async"}

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from course_kit import bench
 from course_kit.benchmarks import attention as topic
+from course_kit import benchmarks
 
 
 def test_cpu_smoke_run_checks_then_times_every_variant():
@@ -20,7 +20,7 @@ def test_cpu_smoke_run_checks_then_times_every_variant():
 
 
 def test_registered_and_rejects_unknown_size():
-    assert "attention" in bench.topics()
+    assert "attention" in benchmarks.topics()
     with pytest.raises(ValueError, match="size must be one of"):
         topic.run({"size": "huge"})
 

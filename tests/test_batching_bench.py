@@ -4,14 +4,14 @@ import math
 
 import pytest
 
-from course_kit import bench
 from course_kit.benchmarks.batching import policy_runs
 from course_kit.engine import metrics
+from course_kit import benchmarks
 
 
 @pytest.fixture(scope="module")
 def record():
-    return bench.run_topic("batching", {"size": "cpu", "device": "cpu", "n_requests": 6, "peer_requests": 2,
+    return benchmarks.run_topic("batching", {"size": "cpu", "device": "cpu", "n_requests": 6, "peer_requests": 2,
                                         "check_requests": 1})
 
 

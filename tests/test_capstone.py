@@ -3,14 +3,14 @@ is tested in tests/test_exercises_nb09_10.py)."""
 import pytest
 import torch
 
-from course_kit import bench
 from course_kit.benchmarks import capstone
 from course_kit.models.hf import model_to_hf
+from course_kit import benchmarks
 
 
 def test_capstone_topic_smoke_on_cpu():
     threads = torch.get_num_threads()
-    rec = bench.run_topic("capstone", {"size": "smoke", "n_requests": 4})
+    rec = benchmarks.run_topic("capstone", {"size": "smoke", "n_requests": 4})
     assert torch.get_num_threads() == threads          # restored after the run
     s = rec["summary"]
     assert all(s["correct_fp32"].values()) and set(s["correct_fp32"]) == set(capstone.engine_variants(False))

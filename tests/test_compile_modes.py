@@ -6,6 +6,7 @@ import torch
 from course_kit import compile_modes as cm
 from course_kit.compile_modes import graphs, workloads
 from course_kit.models import tiny_gpt
+from course_kit import benchmarks
 
 
 @pytest.fixture(autouse=True)
@@ -117,8 +118,7 @@ def test_tiny_gpt_presets_and_errors():
 
 
 def test_compile_bench_topic_eager_on_cpu():
-    from course_kit import bench
-    rec = bench.run_topic("compile", {"size": "smoke", "device": "cpu", "decode_modes": ["eager", "reduce-overhead"],
+    rec = benchmarks.run_topic("compile", {"size": "smoke", "device": "cpu", "decode_modes": ["eager", "reduce-overhead"],
                                       "train_modes": ["eager"], "repeat": 3})
     rows = {r["name"]: r for r in rec["results"]}
     assert rows["decode eager"]["correct"] and rows["train eager"]["correct"]
@@ -127,7 +127,7 @@ def test_compile_bench_topic_eager_on_cpu():
     assert set(rec["summary"]["targets"]) == {"reduce-overhead decode >= 3x eager",
                                               "max-autotune training step >= 1.2x eager"}
     with pytest.raises(ValueError, match="valid modes"):
-        bench.run_topic("compile", {"size": "smoke", "device": "cpu", "decode_modes": ["warp"]})
+        benchmarks.run_topic("compile", {"size": "smoke", "device": "cpu", "decode_modes": ["warp"]})
 
 
 # ---- GPU ------------------------------------------------------------------------------------

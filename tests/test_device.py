@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from course_kit import device
+from course_kit import benchmarks
 
 
 def test_t4_has_fp16_tensor_cores_but_no_bf16_flash_or_fp8():
@@ -102,9 +103,9 @@ def test_run_topic_hands_every_benchmark_the_defaults_dtype(monkeypatch):
         seen.update(params)
         return {"results": [], "summary": {}}
     try:
-        record = bench.run_topic("_dtype_probe")
+        record = benchmarks.run_topic("_dtype_probe")
         assert seen["dtype"] is device.defaults()["dtype"] and record["params"]["dtype"] == device.dtype_name(seen["dtype"])
-        bench.run_topic("_dtype_probe", {"dtype": "bf16"})
+        benchmarks.run_topic("_dtype_probe", {"dtype": "bf16"})
         assert seen["dtype"] is torch.bfloat16
     finally:
         bench._TOPICS.pop("_dtype_probe", None)

@@ -3,11 +3,11 @@ import pytest
 import torch
 
 from course_kit.benchmarks import model as mb
+from course_kit import benchmarks
 
 
 def test_model_bench_smoke_on_cpu_is_ok_in_fp32():
-    from course_kit import bench
-    rec = bench.run_topic("model", {"size": "smoke", "device": "cpu"})
+    rec = benchmarks.run_topic("model", {"size": "smoke", "device": "cpu"})
     check = rec["summary"]["tiny_check"]
     assert check["ok"] and check["fp32"]["first_mismatch"] is None
     assert check["logits"]["max_rel_err_maxnorm"] < 1e-4 and check["logit_tol_maxnorm"] == mb.FP32_LOGIT_TOL

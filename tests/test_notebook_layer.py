@@ -66,20 +66,20 @@ def test_record_on_a_gpu_prefers_its_own_then_labels_the_reference(tmp_path, mon
     shown.clear()
     assert notebook.record("amp")["summary"]["from"] == "h200"
     assert shown[0][0] == "warning" and "not this one" in shown[0][1] and "course-kit bench amp" in shown[0][1]
-    from course_kit import bench
-    monkeypatch.setattr(bench, "run_topic", lambda topic, params: {"summary": {"from": "live"}})
+    from course_kit import benchmarks
+    monkeypatch.setattr(benchmarks, "run_topic", lambda topic, params: {"summary": {"from": "live"}})
     assert notebook.record("amp", live=True)["summary"]["from"] == "live"
 
 
 def test_record_runs_no_live_bench_under_emulation(tmp_path, monkeypatch):
     """An emulated T4's live speeds would be the H200's: the reference record is shown instead."""
-    from course_kit import bench, device, reference
+    from course_kit import benchmarks, device, reference
     _fake_records(tmp_path, monkeypatch, ["h200"])
     monkeypatch.setattr(notebook, "has_gpu", lambda: True)
     monkeypatch.setattr(notebook, "banner", lambda text, kind="info": None)
     monkeypatch.setattr(reference, "gpu_slug", lambda: "t4-emulated")
     monkeypatch.setattr(device, "emulation", lambda: object())
-    monkeypatch.setattr(bench, "run_topic", lambda topic, params: pytest.fail("ran a live bench under emulation"))
+    monkeypatch.setattr(benchmarks, "run_topic", lambda topic, params: pytest.fail("ran a live bench under emulation"))
     assert notebook.record("amp", live=True)["summary"]["from"] == "h200"
 
 

@@ -1,7 +1,6 @@
 """Notebook conventions (DESIGN.md's anatomy): built from source, no outputs, parameters, badges, setup."""
 import json
 import re
-from pathlib import Path
 
 import pytest
 

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from course_kit import bench
 from course_kit.benchmarks import parallel as bp
+from course_kit import benchmarks
 
 
 def test_world_sizes_are_powers_of_two():
@@ -35,7 +35,7 @@ def _check_record(rec, worlds):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path (gloo) of the topic")
 def test_topic_runs_on_cpu_processes():
-    rec = bench.run_topic("parallel", {"size": "smoke"})
+    rec = benchmarks.run_topic("parallel", {"size": "smoke"})
     s = _check_record(rec, [1, 2])
     assert s["backend"] == "gloo"
 
@@ -44,7 +44,7 @@ def test_topic_runs_on_cpu_processes():
 def test_topic_smoke_on_gpus():
     """Pre-flight for the full run: NCCL groups, CUDA-graph decode with TP all-reduces inside."""
     worlds = bp.world_sizes(min(torch.cuda.device_count(), 2))
-    rec = bench.run_topic("parallel", {"size": "smoke", "worlds": worlds, "compile_models": ["tiny"]})
+    rec = benchmarks.run_topic("parallel", {"size": "smoke", "worlds": worlds, "compile_models": ["tiny"]})
     s = _check_record(rec, worlds)
     assert s["backend"] == "nccl"
     for row in rec["results"]:

@@ -1,5 +1,4 @@
 import pytest
-import torch
 
 from course_kit import device
 from course_kit.roofline import ceilings as roofline

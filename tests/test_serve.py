@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from course_kit.engine import Engine
-from course_kit.models import llama
 from course_kit.batching.server import BackgroundServer
 
 from test_engine import tiny_model

@@ -12,6 +12,7 @@ from course_kit.batching.server import BackgroundServer
 from course_kit.batching.client import LoadClient, _on_event, request_body
 
 from test_engine import tiny_model
+from course_kit import benchmarks
 
 
 # ---------------------------------------------------------------------------- loadgen (pure)
@@ -120,8 +121,7 @@ def test_load_client_against_the_course_server():
 # ---------------------------------------------------------------------------- end to end
 @pytest.fixture(scope="module")
 def smoke_record():
-    from course_kit import bench
-    return bench.run_topic("serving", {"size": "smoke", "peer": False})
+    return benchmarks.run_topic("serving", {"size": "smoke", "peer": False})
 
 
 def test_bench_serving_end_to_end_at_smoke_size(smoke_record):

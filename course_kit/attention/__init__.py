@@ -30,25 +30,10 @@ Ring attention over several GPUs is parallel/context.py; it folds with `online_s
 """
 from __future__ import annotations
 
-import os
-
-from ..device import has_cuda, triton_installed
-
-
-def use_triton_interpreter_without_cuda() -> None:
-    """Without CUDA, run Triton kernels on CPU tensors through Triton's interpreter.
-
-    Triton reads TRITON_INTERPRET when a kernel is *defined*, so every module here that defines
-    kernels calls this first. Nothing else does: importing the course model or the engine, which
-    need no Triton on a CPU, leaves the environment alone. An explicit setting is kept.
-    """
-    if not has_cuda():
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-
-
-from .naive import attention_flops, naive_attention, peak_memory, reference_attention  # noqa: E402
-from .online_softmax import blockwise_softmax, online_softmax_row, online_softmax_update  # noqa: E402
-from .tiled import tiled_attention, tiled_block_step  # noqa: E402
+from ..device import has_cuda, triton_installed, use_triton_interpreter_without_cuda  # noqa: F401 (re-exported)
+from .naive import attention_flops, naive_attention, peak_memory, reference_attention
+from .online_softmax import blockwise_softmax, online_softmax_row, online_softmax_update
+from .tiled import tiled_attention, tiled_block_step
 
 __all__ = ["attention_flops", "naive_attention", "peak_memory", "reference_attention",
            "blockwise_softmax", "online_softmax_row", "online_softmax_update",

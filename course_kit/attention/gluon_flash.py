@@ -40,7 +40,7 @@ import sys
 import torch
 
 from .. import device as _device
-from . import use_triton_interpreter_without_cuda
+from ..device import use_triton_interpreter_without_cuda
 
 # Like every kernel module here, before Triton is first imported: the Triton kernels of the same
 # process run through the interpreter without CUDA. Gluon itself cannot; compile_for_hopper

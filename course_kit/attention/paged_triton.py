@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from . import use_triton_interpreter_without_cuda
+from ..device import use_triton_interpreter_without_cuda
 
 use_triton_interpreter_without_cuda()   # before the first @triton.jit below
 

@@ -29,7 +29,7 @@ import math
 import torch
 
 from .. import device as _device
-from . import use_triton_interpreter_without_cuda
+from ..device import use_triton_interpreter_without_cuda
 
 use_triton_interpreter_without_cuda()   # before the first @triton.jit below
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-from . import use_triton_interpreter_without_cuda
+from ..device import use_triton_interpreter_without_cuda
 
 use_triton_interpreter_without_cuda()   # before the first @triton.jit below
 

@@ -1,5 +1,5 @@
 """The `course-kit bench TOPIC` suites: one file per topic, registered with `@bench.topic` and found
-automatically. Each reads params["size"] and params["dtype"] (device.defaults), checks every variant,
+automatically by `topics()`, which this package owns (bench.py times; it never imports this layer). Each reads params["size"] and params["dtype"] (device.defaults), checks every variant,
 then times them in one run.
 
 Modules:
@@ -19,3 +19,47 @@ Modules:
     serving         `course-kit bench serving`: latency against load for the course server and HF's own ...
     streams         `course-kit bench streams`: the CUDA stream demonstrations of notebook 07, with ...
 """
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import time
+import traceback
+
+from .. import bench, device
+
+_IMPORT_ERRORS: dict[str, str] = {}
+
+
+def topics() -> dict[str, bench.Topic]:
+    """Every registered topic; importing each module of this package registers its topic."""
+    for info in pkgutil.iter_modules(__path__):
+        mod = f"{__name__}.{info.name}"
+        try:
+            importlib.import_module(mod)
+        except Exception:  # noqa: BLE001 - one broken topic must not hide the others
+            _IMPORT_ERRORS[mod] = traceback.format_exc(limit=3)
+    return dict(sorted(bench._TOPICS.items()))
+
+
+def import_errors() -> dict[str, str]:
+    return dict(_IMPORT_ERRORS)
+
+
+def run_topic(name: str, params: dict | None = None) -> dict:
+    """Run one topic with the device's defaults (overridden by `params`) and return its record."""
+    registry = topics()
+    if name not in registry:
+        raise ValueError(f"unknown topic {name!r}; choose one of: {', '.join(registry)} or all")
+    d = device.defaults()
+    # the one dtype rule is device.defaults(); a benchmark reads params["dtype"] (a torch.dtype)
+    merged = {"size": d["size"], "device": d["device"], "dtype": d["dtype"], **(params or {})}
+    merged["dtype"] = device.as_dtype(merged["dtype"])
+    t0 = time.perf_counter()
+    out = registry[name].run(merged)
+    record = {"topic": name, "environment": bench.environment(), "params": {**merged, **out.get("params", {})},
+              "results": out.get("results", []), "summary": out.get("summary", {}),
+              "seconds": round(time.perf_counter() - t0, 2)}
+    for key, value in out.items():
+        record.setdefault(key, value)
+    return bench.jsonable(record)

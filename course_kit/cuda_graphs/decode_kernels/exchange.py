@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from ...attention import use_triton_interpreter_without_cuda
+from ...device import use_triton_interpreter_without_cuda
 
 use_triton_interpreter_without_cuda()   # before the first @triton.jit below
 
