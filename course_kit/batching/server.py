@@ -93,7 +93,7 @@ class EngineLoop:
         bad = [t for t in prompt if not 0 <= t < vocab]
         if bad:
             raise ValueError(f"token ids {json_safe(bad[:5])} are outside [0, {vocab}) (the model's vocabulary)")
-        limit = min(eng.max_model_len, eng.blocks.num_blocks * eng.blocks.block_size)
+        limit = eng.scheduler.capacity()
         if len(prompt) + params.max_new_tokens > limit:
             raise ValueError(f"prompt {len(prompt)} + max_tokens {params.max_new_tokens} = "
                              f"{len(prompt) + params.max_new_tokens} tokens; the server holds at most {limit}")

@@ -4,8 +4,11 @@ The cache itself (`llama.PagedKVCache`) is one big tensor of `num_blocks` blocks
 token slots. This class decides which blocks each request owns. A request's token at position p
 lives in slot `table[p // block_size] * block_size + p % block_size`.
 
-With `prefix_caching=True`, full blocks are named by a hash of all the tokens up to their end, so
-two requests with the same prefix share those blocks (the reference count says by how many).
+With `prefix_caching=True`, full blocks are named by a hash of all the tokens up to their end
+(`block_hash`, chained through the previous block's hash), so two requests with the same prefix
+share those blocks (the reference count says by how many). A hash names a block, it does not prove
+it: a hit is taken only when the block's own tokens are those asked for, so two prefixes whose
+hashes collide never share K/V (vLLM keeps the token ids in its hash key; nano-vllm compares them).
 A freed block keeps its hash until it is handed out again, so a later request can still reuse it.
 Only full, already computed blocks are shared; a request always writes into a private last block,
 so no copy-on-write is needed.
@@ -21,6 +24,11 @@ from .sequence import Sequence
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def block_hash(previous: int | None, tokens: tuple[int, ...]) -> int:
+    """The name of a full block: its tokens and, through `previous`, every token before them."""
+    return hash((previous, tokens))
 
 
 class BlockManager:
@@ -39,6 +47,7 @@ class BlockManager:
         self._hash_to_block: dict[int, int] = {}
         self._block_to_hash: dict[int, int] = {}
         self._seq_hashes: dict[str, list[int]] = {}
+        self._block_tokens: dict[int, tuple[int, ...]] = {}   # a named block's own tokens (hits check them)
         self.prefix_hits = 0          # blocks reused from the prefix cache (a statistic)
 
     # ---- queries -------------------------------------------------------------------------
@@ -74,9 +83,11 @@ class BlockManager:
         tokens = seq.tokens
         hits, h = [], None
         for i in range((len(tokens) - 1) // self.block_size):
-            h = hash((h, tuple(tokens[i * self.block_size:(i + 1) * self.block_size])))
+            chunk = tuple(tokens[i * self.block_size:(i + 1) * self.block_size])
+            h = block_hash(h, chunk)
             block = self._hash_to_block.get(h)
-            if block is None:
+            # the chain of hits starts at block 0, so checking each block's own tokens checks all
+            if block is None or self._block_tokens.get(block) != chunk:
                 break
             hits.append(block)
         return hits
@@ -105,6 +116,7 @@ class BlockManager:
     def _take_free(self) -> int:
         block, _ = self._free.popitem(last=False)       # the least recently freed block
         old = self._block_to_hash.pop(block, None)
+        self._block_tokens.pop(block, None)
         if old is not None and self._hash_to_block.get(old) == block:
             del self._hash_to_block[old]
         return block
@@ -152,13 +164,14 @@ class BlockManager:
         tokens = seq.tokens
         while len(hashes) < full:
             i = len(hashes)
-            h = hash((hashes[-1] if hashes else None,
-                      tuple(tokens[i * self.block_size:(i + 1) * self.block_size])))
+            chunk = tuple(tokens[i * self.block_size:(i + 1) * self.block_size])
+            h = block_hash(hashes[-1] if hashes else None, chunk)
             hashes.append(h)
             block = table[i]
             if h not in self._hash_to_block and block not in self._block_to_hash:
                 self._hash_to_block[h] = block
                 self._block_to_hash[block] = h
+                self._block_tokens[block] = chunk
 
     def free(self, seq: Sequence) -> None:
         """Release a request's blocks (finished, aborted or preempted)."""

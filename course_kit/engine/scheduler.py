@@ -110,10 +110,13 @@ class Scheduler:
         self.num_preemptions = 0
 
     # ---- queue --------------------------------------------------------------------------
-    def add(self, seq: Sequence) -> None:
+    def capacity(self) -> int:
+        """The most tokens (prompt + new) one request may hold: the model's length, and the cache."""
         limit = self.blocks.num_blocks * self.blocks.block_size
-        if self.max_model_len is not None:
-            limit = min(limit, self.max_model_len)
+        return limit if self.max_model_len is None else min(limit, self.max_model_len)
+
+    def add(self, seq: Sequence) -> None:
+        limit = self.capacity()
         if seq.max_total_tokens > limit:
             raise ValueError(f"request {seq.request_id!r}: prompt {len(seq.prompt)} + max_new_tokens "
                              f"{seq.params.max_new_tokens} = {seq.max_total_tokens} tokens, more than "

@@ -30,6 +30,16 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
     return logits
 
 
+def warp(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """The logits a sampled token is drawn from: divided by the temperature first, then cut to the
+    top-k and top-p. The order is HF's (temperature, then top-k, then top-p warpers): top-p keeps
+    the smallest set holding `top_p` of the mass *at this temperature*, so a hotter sample keeps
+    more tokens."""
+    if temperature <= 0:
+        raise ValueError(f"warp needs a temperature > 0 (0 is greedy), got {temperature}")
+    return filter_logits(logits.float() / temperature, top_k, top_p)
+
+
 def sample(logits: torch.Tensor, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
            generator: torch.Generator | None = None, uniform: torch.Tensor | None = None) -> torch.Tensor:
     """logits [B, V] -> token ids [B] (int64). temperature 0 is greedy (argmax).
@@ -43,7 +53,7 @@ def sample(logits: torch.Tensor, temperature: float = 0.0, top_k: int = 0, top_p
         raise ValueError(f"logits must be [batch, vocab], got shape {tuple(logits.shape)}")
     if temperature == 0.0:
         return logits.argmax(dim=-1)
-    scaled = filter_logits(logits.float() / temperature, top_k, top_p)
+    scaled = warp(logits, temperature, top_k, top_p)
     if uniform is None:
         uniform = torch.rand(scaled.shape, generator=generator, device=scaled.device)
     # clamp away from 0 and 1 so the double log stays finite
