@@ -226,6 +226,143 @@ def time_peer(fn, prompts: list, news: list[int]) -> tuple[float, dict]:
     return seconds, extra
 
 
+class _Runs:
+    """The timed engine runs of one bench: each on the same model and options, its summary kept
+    in `results` and its slot and block timelines in `timelines`."""
+
+    def __init__(self, model: llama.Transformer, engine_opts: dict, cuda: bool) -> None:
+        self.model, self.engine_opts, self.cuda = model, engine_opts, cuda
+        self.results: list[dict] = []
+        self.timelines: dict[str, dict] = {}
+
+    def run(self, name: str, policy: str, prompts: list, sampling: list, slots: int, cls=Engine) -> dict:
+        eng = cls(self.model, policy=policy, **{**self.engine_opts, "max_num_seqs": slots})
+        eng.generate(prompts[:2], [SamplingParams(max_new_tokens=4)] * 2)       # warm-up (graphs, kernels)
+        _sync()
+        outs = eng.generate(prompts, sampling, progress=True)
+        _sync()
+        s = eng.summary(outs)
+        assert all(len(o.tokens) == sp.max_new_tokens for o, sp in zip(outs, sampling)), f"{name}: short outputs"
+        eng.blocks.check_invariants()
+        assert eng.blocks.num_used_blocks == 0, f"{name}: blocks leaked"
+        self.results.append({"name": name, "policy": policy, "requests": len(prompts), "max_num_seqs": slots, **s})
+        self.timelines[name] = {
+            "intervals": slot_intervals(eng.steps) if name in POLICIES else [],
+            "blocks": {k: _downsample(v) for k, v in block_usage(eng.steps, eng.blocks.num_blocks).items()}}
+        del eng
+        torch.cuda.empty_cache() if self.cuda else None
+        return s
+
+    def peer(self, name: str, fn, prompts: list, news: list[int]) -> float:
+        """A peer's throughput on the same requests; a peer that fails (an API change in another
+        transformers release) is recorded with why, and must not lose the engine's figures."""
+        try:
+            dt, extra = time_peer(fn, prompts, news)
+        except Exception as err:  # noqa: BLE001
+            self.results.append({"name": name, "policy": "peer", "skipped": f"{type(err).__name__}: {err}"[:500]})
+            return float("nan")
+        self.results.append({"name": name, "policy": "peer", "requests": len(prompts), "duration_s": dt,
+                             "output_tokens": sum(news), "throughput_tok_s": sum(news) / dt, **extra})
+        return sum(news) / dt
+
+
+def _policies(runs: _Runs, p: dict, prompts: list, sampling: list) -> dict:
+    """Every policy in the sync loop; static and continuous again in the async loop (notebook 07:
+    the host prepares step N+1 while the device runs step N, so the host's work per request stops
+    adding to each step); the same two with more slots, where the drain tail weighs more."""
+    thr, runs_by = {}, {}
+    for policy in POLICIES:
+        runs_by[policy] = runs.run(policy, policy, prompts, sampling, p["max_num_seqs"])
+        thr[policy] = runs_by[policy]["throughput_tok_s"]
+    by_mode = {"sync": (runs_by["static"], runs_by["continuous"]),
+               "async": tuple(runs.run(f"{policy} async", policy, prompts, sampling, p["max_num_seqs"],
+                                       cls=AsyncEngine) for policy in ("static", "continuous"))}
+    also = {}
+    for slots in p.get("also_slots") or []:
+        st = runs.run(f"static ({slots} slots)", "static", prompts, sampling, slots)["throughput_tok_s"]
+        co = runs.run(f"continuous ({slots} slots)", "continuous", prompts, sampling, slots)["throughput_tok_s"]
+        also[str(slots)] = co / st
+    if p.get("wide_slots"):
+        thr["continuous_wide"] = runs.run(f"continuous ({p['wide_slots']} slots)", "continuous", prompts,
+                                          sampling, p["wide_slots"])["throughput_tok_s"]
+    return {"thr": thr, "by_mode": by_mode, "also": also}
+
+
+def _peers(runs: _Runs, p: dict, hf, prompts: list, news: list[int], sampling: list) -> dict:
+    """HF generate and generate_batch on a subset, and the engine (sync and async) on the same one."""
+    n_peer = min(p["peer_requests"], len(prompts))
+    sub_p, sub_n = prompts[:n_peer], news[:n_peer]
+    label = f"({n_peer} requests, {p['peer_slots']} slots)"
+    eng_sync = runs.run(f"continuous {label}", "continuous", sub_p, sampling[:n_peer],
+                        p["peer_slots"])["throughput_tok_s"]
+    # the async mode is part of the same engine, so its best mode faces the peers (both reported)
+    eng_async = float("nan")
+    try:
+        eng_async = runs.run(f"continuous async {label}", "continuous", sub_p, sampling[:n_peer],
+                             p["peer_slots"], cls=AsyncEngine)["throughput_tok_s"]
+    except Exception as err:  # noqa: BLE001 - the sync figure stands on its own
+        runs.results.append({"name": "continuous async", "skipped": f"{type(err).__name__}: {err}"[:500]})
+    thr_gen = runs.peer("HF generate (static, padded)",
+                        lambda ps, ns: hf_generate_static(hf, ps, ns, p["peer_slots"]), sub_p, sub_n)
+    hints = (max(len(x) for x in sub_p), max(sub_n), len(sub_p))
+    thr_cb = runs.peer("HF generate_batch (continuous)",
+                       lambda ps, ns: hf_generate_batch(hf, ps, ns, hints=hints, keep=True), sub_p, sub_n)
+    if thr_cb != thr_cb and runs.cuda:      # failed with CUDA graphs on: measure it without, and say so
+        if hasattr(hf, "destroy_cached_continuous_batching_manager"):
+            hf.destroy_cached_continuous_batching_manager()
+        thr_cb = runs.peer("HF generate_batch (continuous, CUDA graphs off after a failure)",
+                           lambda ps, ns: hf_generate_batch(hf, ps, ns, hints=hints, keep=True, graphs=False),
+                           sub_p, sub_n)
+    if hasattr(hf, "destroy_cached_continuous_batching_manager"):
+        hf.destroy_cached_continuous_batching_manager()
+    eng_sub = max(eng_sync, eng_async) if eng_async == eng_async else eng_sync
+    return {"n": n_peer, "sync": eng_sync, "async": eng_async, "engine": eng_sub, "generate": thr_gen,
+            "generate_batch": thr_cb}
+
+
+def _summary(p: dict, dtype: torch.dtype, checks: dict, ties: int, agree: float, pol: dict, peers: dict,
+             n_requests: int) -> dict:
+    thr, by_mode = pol["thr"], pol["by_mode"]
+    mode_ratio = {m: c["throughput_tok_s"] / s["throughput_tok_s"] for m, (s, c) in by_mode.items()}
+    # the headline: both policies in the engine's faster mode for continuous batching
+    best_mode = max(by_mode, key=lambda m: by_mode[m][1]["throughput_tok_s"])
+    n_peer, eng_sub, thr_cb = peers["n"], peers["engine"], peers["generate_batch"]
+    return {
+        "correct_fp32": checks,
+        "fp32_numerical_ties": ties,
+        "bf16_token_agreement_with_hf" if dtype != torch.float32 else "token_agreement_with_hf": agree,
+        "throughput_tok_s": thr,
+        "continuous_vs_static": mode_ratio[best_mode],
+        "continuous_vs_static_mode": best_mode,
+        "continuous_vs_static_by_mode": mode_ratio,
+        "dynamic_vs_static": thr["dynamic"] / thr["static"],
+        "continuous_vs_static_by_slots": {str(p["max_num_seqs"]): mode_ratio["sync"], **pol["also"]},
+        "continuous_vs_static_target": 1.6,
+        # the ratio in two parts: fewer steps (the scheduling gain) over the cost of each step
+        "continuous_vs_static_parts": {m: policy_gain(*pair) for m, pair in by_mode.items()},
+        "peer_subset_requests": n_peer,
+        "engine_subset_tok_s": eng_sub,
+        "engine_subset_sync_tok_s": peers["sync"],
+        "engine_subset_async_tok_s": peers["async"],
+        "engine_sync_vs_hf_generate_batch": peers["sync"] / thr_cb,
+        "engine_vs_hf_generate": eng_sub / peers["generate"],
+        "engine_vs_hf_generate_batch": eng_sub / thr_cb,
+        "engine_vs_hf_generate_batch_target": 10.0,
+        "engine_best_tok_s": max(thr.values()),
+        "pass_continuous_vs_static": mode_ratio[best_mode] >= 1.6,
+        "pass_engine_vs_generate_batch": eng_sub / thr_cb >= 10.0,
+        "notes": [
+            "offline workload: every request arrives at t=0, so dynamic batching forms the same batches "
+            "as static batching",
+            f"the peers ran the first {n_peer} of the {n_requests} requests (same length distribution); "
+            f"the engine ran those same requests for the engine_vs_* ratios",
+            "throughput counts requested output tokens only (padding and prompt tokens excluded)",
+            "throughput_tok_s and continuous_vs_static_by_slots are the sync loop; "
+            f"continuous_vs_static compares both policies in the {best_mode} loop (the faster for continuous)",
+        ],
+    }
+
+
 @bench.topic("batching", help="static vs dynamic vs continuous batching; HF generate and generate_batch peers")
 def run(params: dict) -> dict:
     cuda = has_cuda() and str(params.get("device", "cuda")).startswith("cuda")
@@ -234,14 +371,13 @@ def run(params: dict) -> dict:
     # the device's compute dtype (device.defaults): bf16, fp16 on a T4, fp32 on a CPU
     dtype = p["dtype"] = _device.param_dtype(p)
     model = llama.Transformer.from_preset(p["preset"], seed=p["seed"], dtype=dtype, device=dev)
-    vocab = model.config.vocab_size
-    work = trace.synthetic(p["n_requests"], tuple(p["prompt_len"]), tuple(p["output_len"]), vocab, seed=p["seed"])
-    prompts = [r.prompt for r in work]
-    news = [r.max_new_tokens for r in work]
+    work = trace.synthetic(p["n_requests"], tuple(p["prompt_len"]), tuple(p["output_len"]),
+                           model.config.vocab_size, seed=p["seed"])
+    prompts, news = [r.prompt for r in work], [r.max_new_tokens for r in work]
     engine_opts = dict(max_num_seqs=p["max_num_seqs"], block_size=p["block_size"],
                        max_num_batched_tokens=p["max_num_batched_tokens"], max_wait_s=p["max_wait_s"])
 
-    # ---- correctness: fp32, every policy token-identical to HF generate
+    # correctness: fp32, every policy token-identical to HF generate; agreement in the timed dtype
     checks, ties, check_prompts = check_fp32_against_hf(p, prompts, dev, {
         policy: (lambda m, policy=policy: Engine(m, policy=policy, **engine_opts, check_invariants=True))
         for policy in POLICIES})
@@ -251,128 +387,9 @@ def run(params: dict) -> dict:
     eng_tok = [o.tokens for o in Engine(model, **engine_opts).generate(check_prompts, SamplingParams(max_new_tokens=kt))]
     agree = sum(a == b for x, y in zip(eng_tok, hf_ref) for a, b in zip(x, y)) / max(1, sum(len(x) for x in hf_ref))
 
-    # ---- timed runs
-    results, timelines = [], {}
+    runs = _Runs(model, engine_opts, cuda)
     sampling = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in news]
-
-    def run_engine(name, policy, ps, ss, slots, cls=Engine):
-        eng = cls(model, policy=policy, **{**engine_opts, "max_num_seqs": slots})
-        eng.generate(ps[:2], [SamplingParams(max_new_tokens=4)] * 2)       # warm-up (graphs, kernels)
-        _sync()
-        outs = eng.generate(ps, ss, progress=True)
-        _sync()
-        s = eng.summary(outs)
-        assert all(len(o.tokens) == sp.max_new_tokens for o, sp in zip(outs, ss)), f"{name}: short outputs"
-        eng.blocks.check_invariants()
-        assert eng.blocks.num_used_blocks == 0, f"{name}: blocks leaked"
-        results.append({"name": name, "policy": policy, "requests": len(ps), "max_num_seqs": slots, **s})
-        timelines[name] = {"intervals": slot_intervals(eng.steps) if name in POLICIES else [],
-                           "blocks": {k2: _downsample(v) for k2, v in block_usage(eng.steps, eng.blocks.num_blocks).items()}}
-        del eng
-        torch.cuda.empty_cache() if cuda else None
-        return s
-
-    thr, runs = {}, {}
-    for policy in POLICIES:
-        runs[policy] = run_engine(policy, policy, prompts, sampling, p["max_num_seqs"])
-        thr[policy] = runs[policy]["throughput_tok_s"]
-    # the same two policies in the engine's async mode (notebook 07): the host prepares step N+1
-    # while the device runs step N, so the host's work per request (which grows with the live
-    # requests a step holds) stops adding to each step; both policies run in the same mode
-    by_mode = {"sync": (runs["static"], runs["continuous"]),
-               "async": tuple(run_engine(f"{policy} async", policy, prompts, sampling, p["max_num_seqs"],
-                                         cls=AsyncEngine) for policy in ("static", "continuous"))}
-    mode_ratio = {m: c["throughput_tok_s"] / s["throughput_tok_s"] for m, (s, c) in by_mode.items()}
-    # the headline: both policies in the engine's faster mode for continuous batching
-    best_mode = max(by_mode, key=lambda m: by_mode[m][1]["throughput_tok_s"])
-    # the same comparison with more slots: fewer "generations" of requests per slot, so the tail
-    # where continuous batching drains its last requests weighs more (reported, not hidden)
-    also = {}
-    for slots in p.get("also_slots") or []:
-        st = run_engine(f"static ({slots} slots)", "static", prompts, sampling, slots)["throughput_tok_s"]
-        co = run_engine(f"continuous ({slots} slots)", "continuous", prompts, sampling, slots)["throughput_tok_s"]
-        also[str(slots)] = co / st
-    if p.get("wide_slots"):
-        thr["continuous_wide"] = run_engine(f"continuous ({p['wide_slots']} slots)", "continuous", prompts,
-                                            sampling, p["wide_slots"])["throughput_tok_s"]
-
-    # ---- peers on a subset, and the engine on the same subset
-    n_peer = min(p["peer_requests"], len(prompts))
-    sub_p, sub_n = prompts[:n_peer], news[:n_peer]
-    sub_tokens = sum(sub_n)
-    eng_sync = run_engine(f"continuous ({n_peer} requests, {p['peer_slots']} slots)", "continuous", sub_p,
-                          sampling[:n_peer], p["peer_slots"])["throughput_tok_s"]
-    # the engine's async mode (notebook 07) overlaps the host's work with the GPU's; it is part of
-    # the same engine, so its best mode is what faces the peers (both are reported)
-    eng_async = float("nan")
-    try:
-        eng_async = run_engine(f"continuous async ({n_peer} requests, {p['peer_slots']} slots)", "continuous",
-                               sub_p, sampling[:n_peer], p["peer_slots"], cls=AsyncEngine)["throughput_tok_s"]
-    except Exception as err:  # noqa: BLE001 - the sync figure stands on its own
-        results.append({"name": "continuous async", "skipped": f"{type(err).__name__}: {err}"[:500]})
-    eng_sub = max(eng_sync, eng_async) if eng_async == eng_async else eng_sync
-
-    def peer(name, fn):
-        dt, extra = time_peer(fn, sub_p, sub_n)
-        results.append({"name": name, "policy": "peer", "requests": n_peer, "duration_s": dt,
-                        "output_tokens": sub_tokens, "throughput_tok_s": sub_tokens / dt, **extra})
-        return sub_tokens / dt
-
-    def guarded(name, fn):
-        # a peer that fails (an API change in another transformers release) must not lose the
-        # engine's measurements: record why and go on
-        try:
-            return peer(name, fn)
-        except Exception as err:  # noqa: BLE001
-            results.append({"name": name, "policy": "peer", "skipped": f"{type(err).__name__}: {err}"[:500]})
-            return float("nan")
-
-    thr_gen = guarded("HF generate (static, padded)",
-                      lambda ps, ns: hf_generate_static(hf, ps, ns, p["peer_slots"]))
-    hints = (max(len(x) for x in sub_p), max(sub_n), len(sub_p))
-    thr_cb = guarded("HF generate_batch (continuous)",
-                     lambda ps, ns: hf_generate_batch(hf, ps, ns, hints=hints, keep=True))
-    if thr_cb != thr_cb and cuda:      # failed with CUDA graphs on: measure it without, and say so
-        if hasattr(hf, "destroy_cached_continuous_batching_manager"):
-            hf.destroy_cached_continuous_batching_manager()
-        thr_cb = guarded("HF generate_batch (continuous, CUDA graphs off after a failure)",
-                         lambda ps, ns: hf_generate_batch(hf, ps, ns, hints=hints, keep=True, graphs=False))
-    if hasattr(hf, "destroy_cached_continuous_batching_manager"):
-        hf.destroy_cached_continuous_batching_manager()
-
-    best = max(thr.values())
-    summary = {
-        "correct_fp32": checks,
-        "fp32_numerical_ties": ties,
-        "bf16_token_agreement_with_hf" if dtype != torch.float32 else "token_agreement_with_hf": agree,
-        "throughput_tok_s": thr,
-        "continuous_vs_static": mode_ratio[best_mode],
-        "continuous_vs_static_mode": best_mode,
-        "continuous_vs_static_by_mode": mode_ratio,
-        "dynamic_vs_static": thr["dynamic"] / thr["static"],
-        "continuous_vs_static_by_slots": {str(p["max_num_seqs"]): mode_ratio["sync"], **also},
-        "continuous_vs_static_target": 1.6,
-        # the ratio in two parts: fewer steps (the scheduling gain) over the cost of each step
-        "continuous_vs_static_parts": {m: policy_gain(*pair) for m, pair in by_mode.items()},
-        "peer_subset_requests": n_peer,
-        "engine_subset_tok_s": eng_sub,
-        "engine_subset_sync_tok_s": eng_sync,
-        "engine_subset_async_tok_s": eng_async,
-        "engine_sync_vs_hf_generate_batch": eng_sync / thr_cb,
-        "engine_vs_hf_generate": eng_sub / thr_gen,
-        "engine_vs_hf_generate_batch": eng_sub / thr_cb,
-        "engine_vs_hf_generate_batch_target": 10.0,
-        "engine_best_tok_s": best,
-        "pass_continuous_vs_static": mode_ratio[best_mode] >= 1.6,
-        "pass_engine_vs_generate_batch": eng_sub / thr_cb >= 10.0,
-        "notes": [
-            "offline workload: every request arrives at t=0, so dynamic batching forms the same batches "
-            "as static batching",
-            f"the peers ran the first {n_peer} of the {len(prompts)} requests (same length distribution); "
-            f"the engine ran those same requests for the engine_vs_* ratios",
-            "throughput counts requested output tokens only (padding and prompt tokens excluded)",
-            "throughput_tok_s and continuous_vs_static_by_slots are the sync loop; "
-            f"continuous_vs_static compares both policies in the {best_mode} loop (the faster for continuous)",
-        ],
-    }
-    return {"params": p, "results": results, "summary": summary, "timelines": timelines}
+    pol = _policies(runs, p, prompts, sampling)
+    peers = _peers(runs, p, hf, prompts, news, sampling)
+    summary = _summary(p, dtype, checks, ties, agree, pol, peers, len(prompts))
+    return {"params": p, "results": runs.results, "summary": summary, "timelines": runs.timelines}

@@ -190,40 +190,58 @@ def run(params: dict) -> dict:
     ro_rows, summary["profile_reduce_overhead_b1"] = _reduce_overhead(model, spec, device, results, preset)
     # a skip means reduce-overhead ran without graphs (a mutated non-static input, a CPU op...)
     summary["reduce_overhead_cudagraph_skips"] = counters["inductor"].get("cudagraph_skips", 0) - skips_before
-    best = min((graph_rows[1], fused_rows[1], triton_rows[1]), key=lambda r: r["median_s"])
-    summary["runner_variant"] = best["variant"]
-    summary["runner_tokens_per_s_b1"] = best["tokens_per_s"]
-    summary["hf_generate_tokens_per_s_b1"] = hf_gen["tokens_per_s"]
-    summary["runner_vs_hf_generate"] = best["tokens_per_s"] / hf_gen["tokens_per_s"]
-    summary["graph_vs_eager_b1"] = eager_rows[1]["median_s"] / graph_rows[1]["median_s"]
-    # A ratio of throughputs at batch 1: below 1, reduce-overhead is the slower one.
-    summary["reduce_overhead_vs_runner"] = ro_rows[1]["tokens_per_s"] / best["tokens_per_s"]
-    summary["reduce_overhead_vs_runner_definition"] = (
-        "tokens/s of torch.compile(mode='reduce-overhead') / tokens/s of the faster DecodeGraphRunner variant "
-        "(runner_variant), batch 1, same model and cache; < 1: reduce-overhead is slower")
-    summary["runner_speedup_over_reduce_overhead"] = 1.0 / summary["reduce_overhead_vs_runner"]
-    summary["reduce_overhead_vs_graph_runner"] = ro_rows[1]["tokens_per_s"] / graph_rows[1]["tokens_per_s"]
-    summary["reduce_overhead_vs_fused_runner"] = ro_rows[1]["tokens_per_s"] / fused_rows[1]["tokens_per_s"]
+    summary.update(_batch1_ratios(eager_rows[1], graph_rows[1], fused_rows[1], triton_rows[1], ro_rows[1],
+                                  hf_gen["tokens_per_s"]))
     del model
     free()
 
     if spec.get("big"):
         summary.update(_bandwidth(spec, dtype, device, copy["gbs"], results))
     summary["pitfalls"] = pitfalls.run_pitfalls()
-    summary["targets"] = TARGETS
-    summary["meets"] = {
-        "launch_ratio": summary["launch_ratio"] >= TARGETS["launch_ratio"],
-        "runner_vs_hf_generate": summary["runner_vs_hf_generate"] >= TARGETS["runner_vs_hf_generate"],
-        "reduce_overhead_within": abs(summary["reduce_overhead_vs_runner"] - 1) <= TARGETS["reduce_overhead_within"],
-        "hbm_fraction": summary.get("hbm_fraction", 0) >= TARGETS["hbm_fraction"],
-        "big_ms_per_token": summary.get("big_ms_per_token", float("inf")) <= TARGETS["big_ms_per_token"],
-        "runner_tokens_per_s_b1": summary["runner_tokens_per_s_b1"] >= TARGETS["runner_tokens_per_s_b1"],
-    }
-    # Each figure explained from this record's own numbers and profiles (notebook 05 shows them).
-    summary["explain"] = {"reduce_overhead_within": explain_reduce_overhead(summary, results),
-                          "hbm_fraction": explain_hbm(summary, results),
-                          "big_ms_per_token": explain_kernels(summary, results)}
+    summary.update(_meets_and_words(summary, results))
     return {"params": {**spec, "dtype": dtype}, "results": results, "summary": summary}
+
+
+def _batch1_ratios(eager: dict, graph: dict, fused: dict, triton: dict, reduce_overhead: dict,
+                   hf_tokens_per_s: float) -> dict:
+    """The batch-1 comparisons of one record: the fastest runner against HF generate, graphs
+    against eager launches, and torch.compile's reduce-overhead against each runner."""
+    best = min((graph, fused, triton), key=lambda r: r["median_s"])
+    ro = reduce_overhead["tokens_per_s"]
+    return {
+        "runner_variant": best["variant"],
+        "runner_tokens_per_s_b1": best["tokens_per_s"],
+        "hf_generate_tokens_per_s_b1": hf_tokens_per_s,
+        "runner_vs_hf_generate": best["tokens_per_s"] / hf_tokens_per_s,
+        "graph_vs_eager_b1": eager["median_s"] / graph["median_s"],
+        # a ratio of throughputs at batch 1: below 1, reduce-overhead is the slower one
+        "reduce_overhead_vs_runner": ro / best["tokens_per_s"],
+        "reduce_overhead_vs_runner_definition": (
+            "tokens/s of torch.compile(mode='reduce-overhead') / tokens/s of the faster DecodeGraphRunner "
+            "variant (runner_variant), batch 1, same model and cache; < 1: reduce-overhead is slower"),
+        "runner_speedup_over_reduce_overhead": best["tokens_per_s"] / ro,
+        "reduce_overhead_vs_graph_runner": ro / graph["tokens_per_s"],
+        "reduce_overhead_vs_fused_runner": ro / fused["tokens_per_s"],
+    }
+
+
+def _meets_and_words(summary: dict, results: list[dict]) -> dict:
+    """The engineering targets, whether this record meets them, and each figure explained from the
+    record's own numbers and profiles (notebook 05 shows the words, never the targets)."""
+    return {
+        "targets": TARGETS,
+        "meets": {
+            "launch_ratio": summary["launch_ratio"] >= TARGETS["launch_ratio"],
+            "runner_vs_hf_generate": summary["runner_vs_hf_generate"] >= TARGETS["runner_vs_hf_generate"],
+            "reduce_overhead_within": abs(summary["reduce_overhead_vs_runner"] - 1) <= TARGETS["reduce_overhead_within"],
+            "hbm_fraction": summary.get("hbm_fraction", 0) >= TARGETS["hbm_fraction"],
+            "big_ms_per_token": summary.get("big_ms_per_token", float("inf")) <= TARGETS["big_ms_per_token"],
+            "runner_tokens_per_s_b1": summary["runner_tokens_per_s_b1"] >= TARGETS["runner_tokens_per_s_b1"],
+        },
+        "explain": {"reduce_overhead_within": explain_reduce_overhead(summary, results),
+                    "hbm_fraction": explain_hbm(summary, results),
+                    "big_ms_per_token": explain_kernels(summary, results)},
+    }
 
 
 def agreement(got: list[list[int]], want: list[list[int]]) -> float:
