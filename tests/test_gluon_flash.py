@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("triton")
 
 from course_kit.attention import reference_attention  # noqa: E402  (sets TRITON_INTERPRET first)
-from course_kit.attention import gluon_flash  # noqa: E402
+from course_kit.attention import gluon_flash, gluon_hopper  # noqa: E402
 from course_kit.attention.naive import reference_lse  # noqa: E402
 
 needs_gluon = pytest.mark.skipif(not gluon_flash.HAS_GLUON, reason="this Triton has no Gluon (Triton >= 3.5)")
@@ -23,7 +23,7 @@ TOL = {torch.bfloat16: 3e-2, torch.float16: 5e-3}
 @needs_gluon
 @pytest.mark.parametrize("head_dim,causal,pingpong,q_buffers", [(128, True, True, 2), (64, False, False, 1)])
 def test_the_kernel_compiles_for_hopper_with_its_three_roles(head_dim, causal, pingpong, q_buffers):
-    got = gluon_flash.compile_for_hopper(head_dim, causal, pingpong, q_buffers)
+    got = gluon_hopper.compile_for_hopper(head_dim, causal, pingpong, q_buffers)
     counts = got["ptx_counts"]
     assert got["threads"] == 384, got                 # a loading warp (padded to a warpgroup) + two of 4 warps
     assert got["shared_bytes"] <= HOPPER_SHARED_BYTES, got
@@ -35,7 +35,7 @@ def test_the_kernel_compiles_for_hopper_with_its_three_roles(head_dim, causal, p
 
 @needs_gluon
 def test_pingpong_adds_the_turn_barriers_and_nothing_else():
-    plain, turns = (gluon_flash.compile_for_hopper(128, True, pp, 2) for pp in (False, True))
+    plain, turns = (gluon_hopper.compile_for_hopper(128, True, pp, 2) for pp in (False, True))
     assert turns["ptx_counts"]["mbarrier.try_wait"] > plain["ptx_counts"]["mbarrier.try_wait"]
     # two 8-byte barriers and their alignment, no tile: a K/V or Q tile alone is 16-32 KB
     assert turns["shared_bytes"] - plain["shared_bytes"] <= 128
@@ -49,9 +49,9 @@ def test_usable_says_why_not_here_and_errors_name_the_bad_value():
         with pytest.raises(ValueError, match="cannot run here"):
             gluon_flash.gluon_flash_attention(q, q, q)
     with pytest.raises(ValueError, match="head_dim must be one of"):
-        gluon_flash.compile_for_hopper(head_dim=96)
+        gluon_hopper.compile_for_hopper(head_dim=96)
     with pytest.raises(ValueError, match="q_buffers must be 1 or 2"):
-        gluon_flash.compile_for_hopper(q_buffers=3)
+        gluon_hopper.compile_for_hopper(q_buffers=3)
 
 
 def test_attention_falls_back_to_the_triton_kernel_where_gluon_cannot_run():

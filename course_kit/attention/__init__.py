@@ -23,8 +23,9 @@ Triton kernels (imported on demand; without CUDA they run through Triton's CPU i
     triton_softmax   the one Triton online-softmax fold (`online_softmax_fold`) and `mma`
     triton_flash     the flash-attention forward (causal, GQA, fp16/bf16, TMA, autotuned)
     triton_flash_bwd its backward pass and an autograd wrapper
-    gluon_flash      the forward again in Gluon, warp-specialised for Hopper (FlashAttention-3's shape);
-                     compile_for_hopper builds it for sm_90 on any machine
+    gluon_flash      the forward again in Gluon, warp-specialised for Hopper (FlashAttention-3's shape)
+    gluon_schedule   which item each persistent Gluon program takes (snake order), and its work
+    gluon_hopper     compile_for_hopper: the Gluon kernel built for sm_90 on any machine, its PTX counted
     paged_triton     paged decode (flash-decoding) and varlen kernels over a block table
 Ring attention over several GPUs is parallel/context.py; it folds with `online_softmax_update`.
 """

@@ -31,11 +31,7 @@ causal or not, and GQA.
 from __future__ import annotations
 
 import functools
-import json
 import math
-import os
-import subprocess
-import sys
 
 import torch
 
@@ -64,8 +60,8 @@ except (ImportError, AttributeError):   # pragma: no cover - a Triton without Gl
 from .triton_softmax import LOG2E  # noqa: E402
 from ..device import multiprocessors
 LOG2E_ = gl.constexpr(LOG2E) if HAS_GLUON else LOG2E   # kernels read globals only as constexprs
-BLOCK_M = 128          # query rows a program owns: 64 per computing warpgroup
-BLOCK_N = 128          # keys a K/V tile holds
+from .gluon_schedule import (BLOCK_M, BLOCK_N, order_table, persistent_order,  # noqa: E402,F401
+                             program_key_blocks)
 STAGES = 2             # K/V tiles in flight; at head dim 128, with two Q buffers and O, 224 KB of shared memory
 SUPPORTED_HEAD_DIMS = (64, 128)
 
@@ -366,7 +362,7 @@ def gluon_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
     def launch(n_programs: int) -> None:
         n_programs = min(n_programs, n_items)
         _gluon_flash_fwd[(n_programs, )](
-            _order_table(n_items, n_programs, snake, q.device), *descs, lse, seq_q, seq_k, n_q_heads,
+            order_table(n_items, n_programs, snake, q.device), *descs, lse, seq_q, seq_k, n_q_heads,
             n_q_heads // n_kv_heads, batch * n_q_heads, scale * LOG2E,
             HEAD_DIM=head_dim, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, STAGES=STAGES, CAUSAL=causal,
             Q_BUFFERS=q_buffers, PINGPONG=pingpong, num_warps=4)
@@ -382,50 +378,6 @@ def gluon_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
     return out, lse
 
 
-def persistent_order(n_items: int, programs: int, snake: bool = True) -> list[int]:
-    """The work item each slot of a launch takes: program p's r-th item is order[r * programs + p].
-
-    Taken round-robin (order[n] = n), a persistent program's causal items are all heavy or all
-    light: an item's weight repeats every `seq_len / BLOCK_M` items (`_work` numbers each head's
-    heaviest items first) and the programs step by their count, so some programs get more work
-    than others and the kernel waits for the slowest (`program_key_blocks`). In snake order every
-    other round goes backwards over the programs, which pairs a heavy item with a light one. One
-    program an item has a single round, which snake order leaves as it is.
-    """
-    if n_items < 1 or programs < 1:
-        raise ValueError(f"n_items and programs must be >= 1; got {n_items} and {programs}")
-    order = []
-    for start in range(0, n_items, programs):
-        this_round = list(range(start, min(start + programs, n_items)))
-        backwards = snake and (start // programs) % 2 == 1
-        order += this_round[::-1] if backwards else this_round
-    return order
-
-
-def program_key_blocks(seq_len: int, batch_heads: int, programs: int, causal: bool,
-                       snake: bool = True) -> list[int]:
-    """K/V tiles each program of a launch multiplies through, self-attention at this shape:
-    what sets how long the slowest program (and so the kernel) runs."""
-    n_tiles_m = seq_len // BLOCK_M
-    n_items = n_tiles_m * batch_heads
-    programs = min(programs, n_items)
-    work = [0] * programs
-    for slot, item in enumerate(persistent_order(n_items, programs, snake)):
-        start_m = n_tiles_m - 1 - item % n_tiles_m       # as _work numbers a head's items: heaviest first
-        work[slot % programs] += start_m * BLOCK_M // BLOCK_N + 1 if causal else seq_len // BLOCK_N
-    return work
-
-
-def _order_table(n_items: int, programs: int, snake: bool, device: torch.device) -> torch.Tensor:
-    """persistent_order as the int32 table the kernel reads, built once per launch shape."""
-    key = (n_items, programs, snake, device)
-    if key not in _order_tables:
-        _order_tables[key] = torch.tensor(persistent_order(n_items, programs, snake), dtype=torch.int32,
-                                          device=device)
-    return _order_tables[key]
-
-
-_order_tables: dict[tuple, torch.Tensor] = {}
 # programs per shape, as measured at its first call (the autotuner's `_chosen` in triton_flash)
 _chosen_programs: dict[tuple, int] = {}
 
@@ -464,66 +416,3 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
 
 
 gluon_failed: str | None = None   # why `attention` stopped trying this kernel, if it did
-
-
-# PTX instructions that show the kernel's Hopper structure, counted by `compile_for_hopper`
-HOPPER_PTX = {"wgmma.mma_async": "tensor-core products",
-              "cp.async.bulk.tensor": "TMA copies",
-              "mbarrier.try_wait": "barrier waits",
-              "setmaxnreg": "register hand-overs between roles"}
-
-
-def compile_for_hopper(head_dim: int = 128, causal: bool = True, pingpong: bool = True, q_buffers: int = 2,
-                       timeout: float = 300.0) -> dict:
-    """Compile the kernel for an sm_90 GPU on this machine, GPU or not (Triton's own ptxas builds
-    the binary), and return the compiler's account: shared memory, threads, and how often each of
-    HOPPER_PTX's instructions appears in the PTX.
-
-    It runs in a fresh Python: Gluon cannot compile under the CPU interpreter, which this package
-    switches on when there is no CUDA (use_triton_interpreter_without_cuda).
-    """
-    if head_dim not in SUPPORTED_HEAD_DIMS:
-        raise ValueError(f"head_dim must be one of {SUPPORTED_HEAD_DIMS}; got {head_dim}")
-    if q_buffers not in (1, 2):
-        raise ValueError(f"q_buffers must be 1 or 2; got {q_buffers}")
-    call = (f"import json; from course_kit.attention.gluon_flash import _compile_here; "
-            f"print(json.dumps(_compile_here({head_dim}, {causal}, {pingpong}, {q_buffers})))")
-    env = {**os.environ, "TRITON_INTERPRET": "0",     # kept by use_triton_interpreter_without_cuda
-           "CUDA_VISIBLE_DEVICES": ""}              # compile only: never touch a GPU that may be there
-    done = subprocess.run([sys.executable, "-c", call], env=env, capture_output=True, text=True, timeout=timeout)
-    if done.returncode:
-        raise RuntimeError(f"compiling the Gluon kernel for sm_90 failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def _compile_here(head_dim: int, causal: bool, pingpong: bool, q_buffers: int) -> dict:
-    """compile_for_hopper's work, in the fresh Python it starts."""
-    if not HAS_GLUON:
-        raise RuntimeError("this Triton has no Gluon (Triton >= 3.5)")
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-
-    # a CPU tensor stands in for the GPU's: only its dtype and shape matter to the compiler
-    flat = torch.empty(4096, head_dim, dtype=torch.bfloat16)
-    args = dict(ORDER=torch.empty(8, dtype=torch.int32), q_desc=_descriptor(flat, BLOCK_M // 2),
-                k_desc=_descriptor(flat, BLOCK_N), v_desc=_descriptor(flat, BLOCK_N),
-                o_desc=_descriptor(flat, BLOCK_M // 2),
-                LSE=torch.empty(8), seq_q=4096, seq_k=4096, n_q_heads=16, group=1, n_bh=64, qk_scale=0.1)
-    constants = dict(HEAD_DIM=head_dim, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, STAGES=STAGES, CAUSAL=causal,
-                     Q_BUFFERS=q_buffers, PINGPONG=pingpong)
-    fn = _gluon_flash_fwd
-    signature, constexprs = {}, {}
-    for i, name in enumerate(fn.arg_names):
-        if name in constants:
-            signature[name] = "constexpr"
-            constexprs[(i, )] = constants[name]
-        else:
-            signature[name] = mangle_type(args[name])
-    kernel = triton.compile(GluonASTSource(fn, signature, constexprs), target=GPUTarget("cuda", 90, 32),
-                            options={"num_warps": 4})
-    ptx = kernel.asm["ptx"]
-    return {"shared_bytes": kernel.metadata.shared, "threads": 32 * kernel.metadata.num_warps,
-            "ptx_lines": ptx.count("\n"), "cubin_bytes": len(kernel.asm["cubin"]),
-            "ptx_counts": {ins: ptx.count(ins) for ins in HOPPER_PTX}, "triton": triton.__version__}

@@ -53,8 +53,8 @@ from IPython.display import HTML, Code, display
 
 from course_kit import attention, bench, notebook, widgets
 from course_kit.roofline import ceilings as roofline
-from course_kit.attention import (availability, explain, gluon_flash, io_complexity, naive, online_softmax,
-                                  sdpa_backends, tiled)
+from course_kit.attention import (availability, explain, gluon_flash, gluon_hopper, io_complexity, naive,
+                                  online_softmax, sdpa_backends, tiled)
 from course_kit.benchmarks import attention as attention_bench
 from course_kit.notebook import md, show_source
 from course_kit.plots import attention as aplots
@@ -604,7 +604,7 @@ else:
 
 # %%
 try:
-    built = gluon_flash.compile_for_hopper(head_dim=128, causal=True)
+    built = gluon_hopper.compile_for_hopper(head_dim=128, causal=True)
 except Exception as exc:  # noqa: BLE001 - no Gluon, or no NVIDIA backend in this Triton
     built = None
     print(f"Not compiled here: {type(exc).__name__}: {str(exc)[-300:]}")
@@ -612,7 +612,7 @@ if built:
     md(f"Compiled here for sm_90 by Triton {built['triton']}: **{built['threads']} threads** a program "
        f"(a warpgroup for loading, two for computing), **{built['shared_bytes'] / 1024:.0f} KiB** of shared "
        "memory (two Q buffers, the output, two K/V stages), and in its PTX "
-       + ", ".join(f"{n} {what} (`{ins}`)" for ins, what in gluon_flash.HOPPER_PTX.items()
+       + ", ".join(f"{n} {what} (`{ins}`)" for ins, what in gluon_hopper.HOPPER_PTX.items()
                    for n in [built["ptx_counts"][ins]]) + ".")
 
 # %% [markdown]
