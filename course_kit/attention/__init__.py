@@ -22,6 +22,7 @@ What the course model runs (PyTorch):
 Triton kernels (imported on demand; without CUDA they run through Triton's CPU interpreter):
     triton_softmax   the one Triton online-softmax fold (`online_softmax_fold`) and `mma`
     triton_flash     the flash-attention forward (causal, GQA, fp16/bf16, TMA, autotuned)
+    triton_flash_configs  its launch configurations, as measured on the H200, and the autotuner's keys
     triton_flash_bwd its backward pass and an autograd wrapper
     gluon_flash      the forward again in Gluon, warp-specialised for Hopper (FlashAttention-3's shape)
     gluon_schedule   which item each persistent Gluon program takes (snake order), and its work
