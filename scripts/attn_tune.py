@@ -23,7 +23,7 @@ import torch
 from course_kit import bench
 from course_kit.attention import naive, sdpa_backends, triton_flash, triton_flash_bwd
 from course_kit.attention.triton_flash import DEVICE_DESC, HOST_DESC, POINTER
-from course_kit.benchmarks.attention import _inputs
+from course_kit.benchmarks.attention_steps import _inputs
 
 FWD_CONFIGS = [(64, 64, 4, 3), (64, 64, 4, 2), (64, 128, 4, 2), (64, 128, 4, 3), (64, 32, 4, 3), (64, 32, 4, 4),
                (128, 128, 8, 3), (128, 64, 8, 3)]

@@ -20,7 +20,7 @@ import torch
 
 from course_kit import bench
 from course_kit.attention import gluon_flash, naive, sdpa_backends, triton_flash
-from course_kit.benchmarks.attention import _inputs
+from course_kit.benchmarks.attention_steps import _inputs
 
 VARIANTS = {"gluon persistent": dict(), "gluon per-tile": dict(programs=1 << 30)}
 

@@ -15,7 +15,7 @@ Its tenth-session output is data/reference/h200/logs/ncu-attention-fwd-s10.txt.
 import torch
 from course_kit.attention import sdpa_backends, triton_flash
 from course_kit.attention.triton_flash import HOST_DESC
-from course_kit.benchmarks.attention import _inputs
+from course_kit.benchmarks.attention_steps import _inputs
 
 q, k, v = _inputs(4, 16, 16, 4096, 128, torch.bfloat16, torch.device("cuda"), 0)
 conf = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}

@@ -6,7 +6,7 @@
 """
 import torch
 from course_kit.attention import gluon_flash
-from course_kit.benchmarks.attention import _inputs
+from course_kit.benchmarks.attention_steps import _inputs
 
 q, k, v = _inputs(4, 16, 16, 4096, 128, torch.bfloat16, torch.device("cuda"), 0)
 runs = [lambda: gluon_flash.gluon_flash_attention(q, k, v, causal=True),
