@@ -22,6 +22,7 @@ Core, shared by lectures:
 Foundation:
     device          what the machine can do: GPU, capability, dtype, sizes, peaks (the one owner of
                     device, capability and dtype decisions)
+    gpu_specs       the vendors' datasheet peaks of the GPUs the course meets (device.peaks)
     bench           honest timing: warm-up, CUDA events, medians, rotation; the bench topic registry
     reference       recorded results under data/reference/<gpu-slug>/
     traces          where request traces live (data/traces/) and how a name finds one

@@ -19,7 +19,7 @@ NOTEBOOK_SOURCES = PACKAGE.parent / "notebooks" / "src"
 # The layers, lowest first (DESIGN.md draws them). A module may import its own layer and those
 # below; "course_kit" itself (the package's __init__) belongs to none and may be imported by all.
 LAYERS = [
-    ("foundation", ("course_kit.device", "course_kit.bench", "course_kit.reference", "course_kit.traces",
+    ("foundation", ("course_kit.device", "course_kit.gpu_specs", "course_kit.bench", "course_kit.reference", "course_kit.traces",
                     "course_kit.narrate", "course_kit._moved")),
     ("attention", ("course_kit.attention",)),
     ("models", ("course_kit.models",)),
