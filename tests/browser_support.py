@@ -46,8 +46,9 @@ def _jupyter() -> list[str]:
 
 
 @contextlib.contextmanager
-def jupyterlab(notebook: Path, tmp: Path):
-    """JupyterLab serving a scratch folder that holds a copy of `notebook`."""
+def jupyterlab(notebook: Path, tmp: Path, extra_args: tuple[str, ...] = ()):
+    """JupyterLab serving a scratch folder that holds a copy of `notebook`; `extra_args` are more
+    command-line options (the reopen test passes what `make lab` configures)."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
     pytest.importorskip("playwright.sync_api", reason="needs the playwright Python package")
@@ -66,7 +67,7 @@ def jupyterlab(notebook: Path, tmp: Path):
                       f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}",
                       "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None",
                       f"--LabApp.user_settings_dir={work / '.settings'}",
-                      "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+                      "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", *extra_args]
         + (["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),
         cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
