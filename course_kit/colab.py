@@ -199,7 +199,7 @@ def setup(source: str | os.PathLike = CHECKOUT, repository: str | None = None, *
     except subprocess.CalledProcessError as err:
         raise SetupStop(f"pip could not install the course from {source} (exit status {err.returncode}; its "
                         f"message is above).",
-                        "Fix what it names, or use Runtime -> Disconnect and delete runtime, then run this cell again.")
+                        "Fix what it names, or use Runtime → Disconnect and delete runtime, then run this cell again.")
     if replaced is not None:
         kept = ", ".join(f"{n} {v}" for n, v in sorted(installed_versions(sys.executable).items()))
         print(f"installed the course from {source.name} ({kept} kept)")
@@ -209,7 +209,7 @@ def setup(source: str | os.PathLike = CHECKOUT, repository: str | None = None, *
         if restart:
             raise SetupStop(f"The course is installed. The running session still holds the old "
                             f"{', '.join(restart)}, so:",
-                            "Runtime -> Restart session, then run this cell again (once; it will not ask again).")
+                            "Runtime → Restart session, then run this cell again (once; it will not ask again).")
     _forget_bootstrap(source)
     enable_widgets()
     notebooks = source / "notebooks"
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     wheel = build_wheel(args.out)
     size = wheel.stat().st_size / 2**20
-    print(f"{wheel} ({size:.1f} MiB). On Colab: Files panel (folder icon, left) -> Upload -> this file, "
+    print(f"{wheel} ({size:.1f} MiB). On Colab: Files panel (folder icon, left) → Upload → this file, "
           f"or put it in My Drive; then run a notebook's first cell.")
     return 0
 

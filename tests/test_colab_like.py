@@ -185,7 +185,7 @@ def test_the_setup_cell_installs_the_wheel_keeps_colabs_torch_and_asks_for_one_r
                            env=env, cwd=tmp_path, timeout=300)
     assert first.returncode == 3, first.stdout[-3000:] + first.stderr[-3000:]
     stop = first.stdout.split("STOPPED:\n", 1)[1].strip().splitlines()
-    assert len(stop) == 2 and "ipywidgets" in stop[0] and "Runtime -> Restart session" in stop[1]
+    assert len(stop) == 2 and "ipywidgets" in stop[0] and "Runtime → Restart session" in stop[1]
     assert "Traceback" not in first.stdout + first.stderr
     after = _versions(python, env)
     replaced = {n: (v, after.get(n)) for n, v in before.items() if after.get(n) != v}
