@@ -14,7 +14,7 @@ NO_BROWSER := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell un
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 PYTEST_ARGS ?=
 
-.PHONY: lab test venv notebooks solved clean
+.PHONY: lab test venv notebooks solved wheel clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -22,13 +22,20 @@ $(PY):
 
 venv: $(PY)
 
-# torch first, from the CPU build this machine holds, so that no multi-GB CUDA build is pulled in.
+# torch first (course_kit/torch_install.py): with no NVIDIA GPU here (no nvidia-smi), its CPU build from
+# PyTorch's CPU wheel index, so that no multi-GB CUDA build is pulled in; where that index cannot be
+# reached, the default index (it says so). With an NVIDIA GPU, the default index's CUDA build.
+TORCH_VERSION ?= 2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 $(VENV)/.torch: | $(PY)
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	$(PY) -m course_kit.torch_install --python $(PY) --version $(TORCH_VERSION) --cpu-index $(TORCH_CPU_INDEX)
 	touch $@
 
+# JupyterLab saves widget state into the notebook, and a widget whose state is gone is saved as a
+# "re-run this cell" note (course_kit/lab.py), so a reopened notebook never says "model not found".
 $(VENV)/.lab: pyproject.toml $(VENV)/.torch
 	$(PY) -m pip install -q -e ".[lab]"
+	$(PY) -m course_kit.lab $(VENV)
 	touch $@
 
 $(VENV)/.test: pyproject.toml $(VENV)/.torch
@@ -39,6 +46,7 @@ lab: $(VENV)/.lab
 	mkdir -p $(WORK)
 	for nb in notebooks/*.ipynb; do [ -e "$(WORK)/$${nb##*/}" ] || cp "$$nb" "$(WORK)/"; done
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/$(WORK) \
+		--ContentsManager.pre_save_hook=course_kit.lab.pre_save \
 		--port=$(PORT) --ip=127.0.0.1 $(TOKEN_ARG) $(NO_BROWSER) $(ALLOW_ROOT)
 
 # Unit tests, then every notebook under nbval in smoke mode (small sizes, CPU is enough). Both builds
@@ -60,5 +68,11 @@ solved: $(VENV)/.test
 notebooks: $(VENV)/.test
 	$(PY) -m course_kit.nbbuild
 
+# The course wheel, for Colab without a published repository: dist/course_kit-*.whl holds the package
+# with its records and traces. Upload it in Colab's Files panel (or put it in My Drive); every
+# notebook's setup cell installs it from there. Built from a clean copy (a stale build/lib never leaks in).
+wheel: | $(PY)
+	$(PY) -m course_kit.colab wheel --out dist
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache

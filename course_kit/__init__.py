@@ -35,7 +35,9 @@ Layers on top:
     grading         exercise checks and, apart, the instructor's release and grade tools
     benchtable      the README's benchmarks table, rendered from the records
     nbbuild         the learner's, solved and CI builds of every notebook from its source
-    colab           what every notebook's setup cell does on Colab
+    colab           what every notebook's setup cell does on Colab; the course wheel (make wheel)
+    lab             what make lab sets in JupyterLab: widget state saved, stale widgets as a re-run note
+    torch_install   how make lab and make test install torch (the CPU build on a machine with no NVIDIA GPU)
     cli             the `course-kit` command: doctor, bench, record, serve, release, grade
     _moved          old import paths of modules that moved into lecture packages, still served
 """

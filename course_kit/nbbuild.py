@@ -59,37 +59,54 @@ def _github_path(url: str) -> str:
 
 
 def badges(notebook_name: str, url: str | None = None) -> str:
-    repo = _github_path(url or repository_url())
+    """The Colab and Binder badges of a notebook, from the repository URL. While that URL is still the
+    placeholder there is nothing to open them from: a line says how to open the notebook on Colab."""
+    url = url or repository_url()
+    if is_placeholder(url):
+        return ("*On Colab:* File → Upload notebook → this `.ipynb`; then run the setup cell below, which "
+                "says how to add the course wheel (`make wheel`).")
+    repo = _github_path(url)
     colab = f"https://colab.research.google.com/github/{repo}/blob/main/notebooks/{notebook_name}"
     binder = f"https://mybinder.org/v2/gh/{repo}/main?labpath=notebooks%2F{notebook_name}"
     return (f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab}) "
             f"[![Binder](https://mybinder.org/badge_logo.svg)]({binder})")
 
 
+def is_placeholder(url: str | None) -> bool:
+    from .colab import is_placeholder as placeholder
+    return placeholder(url)
+
+
 def setup_cell(url: str | None = None) -> str:
-    """The standard setup cell. On Colab it clones the repository once (bootstrapping), then
-    `course_kit.colab.setup` installs it beside Colab's own torch (never reinstalled; a re-run does
-    nothing more) and turns on Colab's widget manager. While the repository URL is still the
-    placeholder, the Colab branch stops with a message saying so (the build itself succeeds)."""
-    from .colab import CHECKOUT, PLACEHOLDER_REPOSITORY, is_placeholder
+    """The standard setup cell. On Colab it finds the course (a clone of the repository once its URL
+    is set, else a course wheel the learner uploaded or put in Drive, else it stops with two lines
+    saying what to do), then `course_kit.colab.setup` installs it beside Colab's own torch (never
+    reinstalled; a re-run does nothing more) and turns on Colab's widget manager."""
+    from .colab import CHECKOUT, WHEEL_FOLDERS
     url = url or repository_url()
-    if is_placeholder(url):
-        clone = (f'    raise RuntimeError("This course\'s repository URL is still the placeholder {PLACEHOLDER_REPOSITORY}: '
-                 f'set [project.urls] Repository in pyproject.toml to the real repository, rebuild the notebooks '
-                 f'(python -m course_kit.nbbuild) and open them from there.")')
-    else:
-        clone = ('    if not os.path.isdir(CHECKOUT):\n'
-                 '        subprocess.run(["git", "clone", "--depth", "1", REPOSITORY, CHECKOUT], check=True)')
-    return f'''# Setup. On Colab: fetch the course once and install it beside Colab's own torch, which is never
-# reinstalled (re-running this cell does nothing more). Elsewhere the checkout's own install (`make lab`).
+    repository = "" if is_placeholder(url) else url
+    return f'''# Setup. On Colab: install the course once, beside Colab's own torch (never reinstalled; re-running
+# this cell does nothing more). Elsewhere the checkout's own install (`make lab`) is used.
 import sys
 if "google.colab" in sys.modules:
-    import os, subprocess
-    REPOSITORY, CHECKOUT = "{url}", "{CHECKOUT}"
-{clone}
-    sys.path.insert(0, CHECKOUT)
+    import glob, os, subprocess
+    REPOSITORY = "{repository}"   # pyproject.toml's [project.urls] Repository; empty: not published yet
+    CHECKOUT = "{CHECKOUT}"
+    if REPOSITORY and not os.path.isdir(CHECKOUT):
+        subprocess.run(["git", "clone", "-q", "--depth", "1", REPOSITORY, CHECKOUT])
+    wheels = sorted((w for f in {WHEEL_FOLDERS!r} for w in glob.glob(f + "/course_kit-*.whl")),
+                    key=os.path.getmtime)   # uploaded to /content, or in My Drive once Drive is mounted
+    SOURCE = CHECKOUT if os.path.isdir(CHECKOUT) else (wheels[-1] if wheels else None)
+    if SOURCE is None:
+        class NoCourse(Exception):
+            def _render_traceback_(self):
+                return ["No course to install yet. On your machine, `make wheel` builds dist/course_kit-*.whl.",
+                        "Here: Files panel (folder icon, left) → Upload → that file (or put it in My Drive "
+                        "and click Mount Drive there); then run this cell again."]
+        raise NoCourse()
+    sys.path.insert(0, SOURCE)   # the checkout, or the wheel itself (Python imports from a zip)
     from course_kit import colab
-    colab.setup(CHECKOUT, REPOSITORY)
+    colab.setup(SOURCE)
 
 import course_kit
 from course_kit import device

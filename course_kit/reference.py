@@ -15,13 +15,17 @@ REFERENCE_GPU = "h200"
 
 
 def root() -> Path:
-    """The `data/reference` folder: $COURSE_KIT_DATA/reference, else the checkout's, else ./data/reference."""
+    """The `data/reference` folder: $COURSE_KIT_DATA/reference, else the checkout's, else the course wheel's, else
+    ./data/reference."""
     env = os.environ.get("COURSE_KIT_DATA")
     if env:
         return Path(env) / "reference"
     checkout = Path(__file__).resolve().parents[1] / "data" / "reference"
     if checkout.is_dir():
         return checkout
+    in_wheel = Path(__file__).resolve().parent / "_data" / "reference"   # the course wheel (colab.add_data)
+    if in_wheel.is_dir():
+        return in_wheel
     return Path.cwd() / "data" / "reference"
 
 

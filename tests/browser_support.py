@@ -46,8 +46,9 @@ def _jupyter() -> list[str]:
 
 
 @contextlib.contextmanager
-def jupyterlab(notebook: Path, tmp: Path):
-    """JupyterLab serving a scratch folder that holds a copy of `notebook`."""
+def jupyterlab(notebook: Path, tmp: Path, extra_args: tuple[str, ...] = ()):
+    """JupyterLab serving a scratch folder that holds a copy of `notebook`; `extra_args` are more
+    command-line options (the reopen test passes what `make lab` configures)."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
     pytest.importorskip("playwright.sync_api", reason="needs the playwright Python package")
@@ -66,7 +67,7 @@ def jupyterlab(notebook: Path, tmp: Path):
                       f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}",
                       "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None",
                       f"--LabApp.user_settings_dir={work / '.settings'}",
-                      "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+                      "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", *extra_args]
         + (["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),
         cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
@@ -195,3 +196,22 @@ def settle(pg, fn, quiet_s: float = 1.5, timeout_s: float = 45.0):
     return last
 
 
+
+
+COLUMN_PX = 1100   # the notebook column every figure, widget and table must fit
+
+
+def wider_than_column(pg, column_px: int = COLUMN_PX) -> list[dict]:
+    """Figures, widgets, tables and images in the open notebook's outputs that are wider than the
+    notebook column (its width in this page, at most `column_px`) or cut at its right edge. Code
+    listings are left out: a long source line scrolls inside its own box."""
+    return pg.evaluate(
+        "(limit) => { const nb = document.querySelector('.jp-NotebookPanel-notebook');"
+        " const col = nb.getBoundingClientRect(); const right = Math.min(col.right, col.left + limit);"
+        " const sel = '.jp-OutputArea-output .js-plotly-plot, .jp-OutputArea-output .jupyter-widgets,"
+        " .jp-OutputArea-output table, .jp-OutputArea-output img';"
+        " return Array.from(document.querySelectorAll(sel)).map(e => { const r = e.getBoundingClientRect();"
+        "  const cell = e.closest('.jp-Cell'); const cells = Array.from(nb.querySelectorAll('.jp-Cell'));"
+        "  return {cell: cells.indexOf(cell), kind: e.tagName.toLowerCase() + '.' + (e.className.baseVal ?? e.className).toString().split(' ')[0],"
+        "   right: Math.round(r.right), limit: Math.round(right), scroll: e.scrollWidth - e.clientWidth}; })"
+        " .filter(x => x.right > x.limit + 2 || x.scroll > 2); }", column_px)

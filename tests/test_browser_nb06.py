@@ -69,3 +69,9 @@ def test_live_engine_run_with_another_policy_changes_numbers_and_figure(page):
     wait_for(fig, lambda f: f["data"] != fig0["data"] and any("static: requests over" in t for t in f["texts"]),
              "pressing Run should redraw the figure for the static run", timeout_s=90)
     box.screenshot(path=str(ARTIFACTS / "nb06_live_engine.png"))
+
+
+def test_outputs_fit_the_notebook_column(page):
+    from browser_support import wider_than_column
+    page.wait_for_timeout(1000)
+    assert not wider_than_column(page), wider_than_column(page)

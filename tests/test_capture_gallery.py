@@ -45,7 +45,7 @@ def test_widget_selection_changes_verdict_ir_and_grid():
     text0, grid0 = w.verdict.value, w.figure.data[0].cells.values
     assert "silently wrong" in text0 and "▶ silently wrong" in grid0[1][0]
     w.method.value = "jit.script"
-    assert "✅ correct" in w.verdict.value and w.verdict.value != text0
+    assert "</span> correct</span>" in w.verdict.value and w.verdict.value != text0
     assert w.figure.data[0].cells.values != grid0
     w.trap.value = "a global"
     assert "a global" in w.verdict.value and "refused" in w.verdict.value

@@ -28,7 +28,9 @@ def _start(env_overrides: dict, drop=()) -> tuple[subprocess.Popen, dict]:
     env = {**os.environ, "VENV": str(venv), **env_overrides}
     for key in ("DISPLAY", *drop):
         env.pop(key, None)
-    proc = subprocess.Popen(["make", "-s", "lab"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+    # -o: serve with the environment as it is; never reinstall into it (it may be another checkout's)
+    proc = subprocess.Popen(["make", "-s", "lab", "-o", f"{venv}/.lab", "-o", f"{venv}/.torch"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)
     return proc, env
 

@@ -125,15 +125,25 @@ def test_solved_and_ci_options_write_into_a_folder(tmp_path, capsys):
     assert any(c["id"] == "solved-build" for c in ci["cells"])
 
 
-def test_setup_cell_with_the_placeholder_url_stops_on_colab_only(monkeypatch, capsys):
+def test_setup_cell_with_the_placeholder_url_looks_for_a_wheel_on_colab_only(monkeypatch, capsys, tmp_path):
+    """Unpublished: no clone, no placeholder error; on Colab with no wheel it stops with two lines
+    (IPython shows `_render_traceback_` instead of a traceback); published: it clones."""
     import sys
     import types
     cell = nbbuild.setup_cell(colab.PLACEHOLDER_REPOSITORY)
-    assert "git\", \"clone" not in cell
+    assert 'REPOSITORY = ""' in cell and "placeholder" not in cell.lower() and "RuntimeError" not in cell
     exec(cell, {})                                   # outside Colab it runs through (as in CI)
     assert "torch" in capsys.readouterr().out
     monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
-    with pytest.raises(RuntimeError, match="still the placeholder"):
-        exec(cell, {})
+    with pytest.raises(Exception) as stop:
+        exec(cell.replace("/content", str(tmp_path)), {})
+    lines = stop.value._render_traceback_()
+    assert len(lines) == 2 and "make wheel" in lines[0] and "Upload" in lines[1]
     real = nbbuild.setup_cell("https://github.com/someone/course")
-    assert "placeholder" not in real and "https://github.com/someone/course" in real
+    assert 'REPOSITORY = "https://github.com/someone/course"' in real and "git\", \"clone" in real
+
+
+def test_badges_need_a_published_repository():
+    assert "colab.research.google.com/github/o/r/blob/main/notebooks/00_x.ipynb" in nbbuild.badges("00_x.ipynb", "https://github.com/o/r")
+    unpublished = nbbuild.badges("00_x.ipynb", colab.PLACEHOLDER_REPOSITORY)
+    assert "github.com" not in unpublished and "Upload notebook" in unpublished

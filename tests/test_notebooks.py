@@ -26,8 +26,8 @@ def test_anatomy(nb):
     first = "".join(cells[0]["source"])
     assert first.startswith("# "), "the first cell is the title"
     text = "".join("".join(c["source"]) for c in cells)
-    assert "colab.research.google.com/github/" in text and "mybinder.org" in text, "badges missing"
-    assert nbbuild.repository_url() in text, "setup cell does not install from [project.urls] Repository"
+    assert nbbuild.badges(nb.name) in text, "badges (or, unpublished, the Colab upload line) missing"
+    assert nbbuild.setup_cell() in text, "setup cell is not the standard one (from [project.urls] Repository)"
     assert "device.describe()" in text
     # Speed-ups are computed in the run, never typed into prose.
     prose = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
@@ -73,7 +73,7 @@ def test_the_learners_build_holds_stubs_not_solutions(nb):
 
 def test_setup_cell_never_reinstalls_torch():
     setup = nbbuild.setup_cell("https://github.com/o/r")
-    assert "colab.setup(CHECKOUT, REPOSITORY)" in setup and "git\", \"clone" in setup
+    assert "colab.setup(SOURCE)" in setup and "git\", \"clone" in setup
     assert not re.search(r"pip\"?, \"install\"[^\n]*\"torch", setup)
 
 

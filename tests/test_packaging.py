@@ -100,3 +100,38 @@ def test_every_module_a_notebook_imports_is_installed_by_make_lab():
                 if dist is not None and _name(dist) not in wanted:
                     missing.append(f"{src.name}: {top}")
     assert not missing, f"make lab does not install: {sorted(set(missing))}"
+
+
+def test_an_editable_install_has_no_import_hook_warning(tmp_path):
+    """setuptools' default for a flat layout is an import hook that warns about 'folders in your working
+    directory with the same name as your package'; the package-dir mapping gives a plain .pth."""
+    import shutil, subprocess, sys
+    setuptools = __import__("setuptools")
+    if int(setuptools.__version__.split(".")[0]) < 77:
+        import pytest
+        pytest.skip(f"setuptools {setuptools.__version__} here is older than the pinned backend")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "course_kit" / "sub").mkdir(parents=True)
+    (tmp_path / "course_kit" / "__init__.py").write_text("")
+    (tmp_path / "course_kit" / "sub" / "__init__.py").write_text("")
+    (tmp_path / "course_kit.egg-info").mkdir()                   # a folder named like the package
+    code = "import sys; from setuptools import build_meta as b; print(b.build_editable(sys.argv[1]))"
+    out = subprocess.run([sys.executable, "-W", "always", "-c", code, str(tmp_path / "wheel")], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "same name as your package" not in out.stdout + out.stderr
+    import zipfile
+    wheel = next((tmp_path / "wheel").glob("*.whl"))
+    pth = [n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".pth")]
+    assert pth and "finder" not in " ".join(zipfile.ZipFile(wheel).namelist())
+
+
+def test_the_readme_teaches_the_learners_path():
+    readme = (ROOT / "README.md").read_text()
+    path = readme.split("## The learner's path", 1)[1].split("\n## ", 1)[0]
+    for needed in ("NotImplementedError", "grading.check", "grading.hint(", "make solved", "build/solved",
+                   "make wheel", "Runtime → Restart"):
+        assert needed in path, f"the learner's path does not mention {needed}"
+    quick = readme.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    assert ".venv/bin/course-kit" in quick and "download.pytorch.org/whl/cpu" in quick and "cannot be reached" in quick

@@ -117,7 +117,8 @@ def test_install_keeps_colabs_torch_and_is_idempotent(colab_env, tmp_path, offli
     python, site, index = colab_env
     checkout = _checkout(tmp_path / "course-kit", "torch>=2.5")
     pip_args = ["--no-index", "--find-links", str(index), "--no-build-isolation"]
-    assert colab.install(checkout, python=str(python), pip_args=pip_args) is True
+    marker = tmp_path / "marker"
+    assert colab.install(checkout, python=str(python), pip_args=pip_args, marker=marker) == {}   # nothing replaced
     assert _torch_marker(python) == f"{TORCH} preinstalled"
     ok = subprocess.run([str(python), "-c", "import course_standin; print(course_standin.OK)"],
                         capture_output=True, text=True, cwd=tmp_path)
@@ -125,7 +126,7 @@ def test_install_keeps_colabs_torch_and_is_idempotent(colab_env, tmp_path, offli
 
     def no_pip(*args, **kwargs):
         raise AssertionError(f"a re-run must not call pip again: {args}")
-    assert colab.install(checkout, python=str(python), pip_args=pip_args, run=no_pip) is False
+    assert colab.install(checkout, python=str(python), pip_args=pip_args, run=no_pip, marker=marker) is None
     assert _torch_marker(python) == f"{TORCH} preinstalled"
 
 
@@ -136,7 +137,7 @@ def test_a_requirement_above_colabs_torch_fails_instead_of_replacing_it(colab_en
     with pytest.raises(subprocess.CalledProcessError):
         colab.install(checkout, python=str(python),
                       pip_args=["--no-index", "--find-links", str(index), "--no-build-isolation"],
-                      run=lambda cmd, **kw: subprocess.run(cmd, capture_output=True, **kw))
+                      run=lambda cmd, **kw: subprocess.run(cmd, capture_output=True, **kw), marker=tmp_path / "m")
     assert _torch_marker(python) == f"{TORCH} preinstalled"
     # the control: the same install with no constraint does replace torch, so the test can fail
     control = subprocess.run([str(python), "-m", "pip", "install", "-q", "--dry-run", "--report", "-", "-e",
@@ -151,14 +152,31 @@ def test_install_refuses_an_environment_without_torch(tmp_path):
     no_torch.write_text(f"#!/bin/sh\nexec {sys.executable} -I -S \"$@\"\n")
     no_torch.chmod(0o755)
     with pytest.raises(colab.SetupError, match="no torch"):
-        colab.install(checkout, python=str(no_torch), run=lambda *a, **k: pytest.fail("pip must not run"))
+        colab.install(checkout, python=str(no_torch), run=lambda *a, **k: pytest.fail("pip must not run"),
+                      marker=tmp_path / "m")
 
 
-def test_placeholder_repository_is_refused_with_the_fix():
-    for url in (colab.PLACEHOLDER_REPOSITORY, colab.PLACEHOLDER_REPOSITORY + ".git", colab.PLACEHOLDER_REPOSITORY + "/"):
-        with pytest.raises(colab.SetupError, match=r"pyproject.toml"):
-            colab.check_repository(url)
-    colab.check_repository("https://github.com/someone/course")
+def test_placeholder_or_empty_repository_means_unpublished():
+    for url in ("", None, colab.PLACEHOLDER_REPOSITORY, colab.PLACEHOLDER_REPOSITORY + ".git", colab.PLACEHOLDER_REPOSITORY + "/"):
+        assert colab.is_placeholder(url)
+    assert not colab.is_placeholder("https://github.com/someone/course")
+
+
+def test_restart_only_for_what_the_kernel_already_imported_or_ipywidgets():
+    replaced = {"plotly": ("5.24.1", "6.0"), "comm": ("0.1", "0.2"), "ipywidgets": ("7.7.1", "8.1.9")}
+    assert colab.needs_restart(replaced, imported=["plotly.graph_objects", "os"]) == ["ipywidgets", "plotly"]
+    assert colab.needs_restart({"comm": ("0.1", "0.2")}, imported=["os"]) == []
+    assert colab.needs_restart({"pyyaml": ("5", "6")}, imported=["yaml"], modules_of={"pyyaml": ["yaml"]}) == ["pyyaml"]
+    assert colab.changed({"a": "1", "b": "2", "c": "3"}, {"a": "1", "b": "3"}) == {"b": ("2", "3"), "c": ("3", None)}
+
+
+def test_a_failed_pip_stops_in_two_lines(monkeypatch, tmp_path):
+    def failing(*a, **k):
+        raise subprocess.CalledProcessError(1, ["pip"])
+    monkeypatch.setattr(colab, "install", failing)
+    with pytest.raises(colab.SetupStop) as stop:
+        colab.setup(tmp_path)
+    assert len(stop.value._render_traceback_()) == 2 and "pip could not install" in stop.value.lines[0]
 
 
 def test_setup_enables_colabs_widget_manager(monkeypatch, tmp_path):
@@ -171,7 +189,7 @@ def test_setup_enables_colabs_widget_manager(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "google", google)
     monkeypatch.setitem(sys.modules, "google.colab", gcolab)
     checkout = _checkout(tmp_path / "course-kit", "torch>=2.5")
-    monkeypatch.setattr(colab, "install", lambda c: False)
+    monkeypatch.setattr(colab, "install", lambda c, **k: None)
     monkeypatch.chdir(tmp_path)
     colab.setup(checkout, "https://github.com/someone/course")
     assert calls == ["on"] and Path.cwd() == checkout / "notebooks"

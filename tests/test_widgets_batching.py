@@ -63,3 +63,22 @@ def test_widget_run_button_redraws_with_the_new_settings(tiny):
     assert w.run["tokens"] == tokens0 and w.progress.value == 1.0
     with pytest.raises(ValueError, match="slots=99"):
         LiveEngine(tiny, slots=99, run=False)
+
+
+def test_log_ticks_label_every_tick_with_its_decade():
+    from course_kit.plots.batching import log_ticks
+    t = log_ticks([0.6, 3.0, 140.0])
+    assert t["tickvals"] == [0.5, 1, 2, 5, 10, 20, 50, 100, 200]
+    assert t["ticktext"] == ["0.5", "1", "2", "5", "10", "20", "50", "100", "200"]
+    assert log_ticks([0, None]) == {}
+
+
+def test_gantt_legend_says_faded_and_solid_in_grey():
+    from course_kit.plots.batching import gantt
+    rows = [{"request": "r1", "slot": 0, "phase": "prefill", "start": 0.0, "end": 0.1},
+            {"request": "r1", "slot": 0, "phase": "decode", "start": 0.1, "end": 0.5}]
+    fig = gantt({"static": rows, "continuous": rows})
+    shown = [t for t in fig.data if t.showlegend]
+    assert [t.name for t in shown] == ["prefill (faded)", "decode (solid)"]
+    assert {t.marker.color for t in shown} == {"#555555"}
+    assert not any(t.showlegend for t in fig.data if t.name in ("prefill", "decode"))

@@ -132,7 +132,9 @@ def capture(method: str, module: nn.Module, example: tuple, dynamic_shapes: Any 
 def first_line(err: BaseException, limit: int = 140) -> str:
     text = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
     text = text.replace("\x1b[1m", "").replace("\x1b[0m", "")
-    return f"{type(err).__name__}: {text[:limit]}"
+    if len(text) > limit:   # at a word, marked: a reason cut mid-word reads as a typo
+        text = text[:limit].rsplit(" ", 1)[0].rstrip(",;:") + " …"
+    return f"{type(err).__name__}: {text}"
 
 
 def _clone(args: Any) -> Any:

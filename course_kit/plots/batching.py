@@ -13,6 +13,27 @@ def _request_color(rid: str) -> str:
     return _PALETTE[(int(digits) if digits else hash(rid)) % len(_PALETTE)]
 
 
+def log_ticks(values, per_decade: tuple[int, ...] = (1, 2, 5)) -> dict:
+    """Tick values and full labels for a log axis spanning `values`: 1-2-5 in every decade, each label
+    the whole number ("20", "50", "200"), where plotly alone writes the 2 and 5 without their decade.
+    (Its `minorloglabels` would do it, but not in the plotly Colab ships.)"""
+    import math
+    positive = [float(v) for v in values if v is not None and v > 0]
+    if not positive:
+        return {}
+    lo, hi = math.floor(math.log10(min(positive))), math.ceil(math.log10(max(positive)))
+    ticks = [m * 10.0 ** e for e in range(lo, hi + 1) for m in per_decade if min(positive) / 1.5 <= m * 10.0 ** e <= max(positive) * 1.5]
+    return {"tickvals": ticks, "ticktext": [f"{t:,.10g}" for t in ticks]}
+
+
+def _phase_legend(fig: go.Figure, row: int | None = None, col: int | None = None) -> None:
+    """Bars take each request's colour, so the legend says what faded and solid mean, in grey."""
+    for phase, opacity in (("prefill (faded)", 0.4), ("decode (solid)", 1.0)):
+        trace = go.Bar(x=[None], y=[None], orientation="h", name=phase, opacity=opacity,
+                       marker_color="#555555", showlegend=True, hoverinfo="skip")
+        fig.add_trace(trace, row=row, col=col) if row else fig.add_trace(trace)
+
+
 def gantt(timelines: dict[str, list[dict]], title: str = "Requests over batch slots") -> go.Figure:
     """One panel per policy: each bar is a request on a batch slot; faded = prefill, solid = decode.
 
@@ -32,13 +53,15 @@ def gantt(timelines: dict[str, list[dict]], title: str = "Requests over batch sl
                 x=[r["end"] - r["start"] for r in sel], base=[r["start"] for r in sel],
                 y=[r["slot"] for r in sel], orientation="h", opacity=opacity,
                 marker_color=[_request_color(r["request"]) for r in sel], marker_line_width=0,
-                name=phase, legendgroup=phase, showlegend=(i == 1),
+                name=phase, showlegend=False,
                 customdata=[[r["request"], r["phase"]] for r in sel],
                 hovertemplate="request %{customdata[0]} (%{customdata[1]})<br>slot %{y}<br>"
                               "%{base:.3f}s + %{x:.3f}s<extra></extra>"), row=i, col=1)
         fig.update_yaxes(title_text="slot", autorange="reversed", row=i, col=1)
+    _phase_legend(fig, 1, 1)
     fig.update_xaxes(title_text="time (s)", row=len(names), col=1)
-    fig.update_layout(title=title, barmode="overlay", height=220 * len(names) + 80, bargap=0.15)
+    fig.update_layout(title=title, barmode="overlay", height=220 * len(names) + 100, bargap=0.15,
+                      legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1))
     return fig
 
 
@@ -95,6 +118,7 @@ def throughput_bars(record: dict, title: str | None = None) -> go.Figure:
         text=[f"{r['throughput_tok_s']:,.0f}" for r in rows], textposition="outside"))
     fig.update_layout(title=title or f"Throughput on {env.get('gpu') or 'this machine'} (output tokens/s)",
                       yaxis_title="output tokens/s", yaxis_type="log", height=430)
+    fig.update_yaxes(**log_ticks([r["throughput_tok_s"] for r in rows]))
     return fig
 
 
@@ -110,6 +134,7 @@ def live_figure(run: dict) -> go.Figure:
         if sel:
             fig.add_trace(go.Bar(x=[r["end"] - r["start"] for r in sel], base=[r["start"] for r in sel],
                                  y=[r["slot"] for r in sel], orientation="h", opacity=opacity, name=phase,
+                                 showlegend=False,
                                  marker_color=[_request_color(r["request"]) for r in sel], marker_line_width=0,
                                  customdata=[r["request"] for r in sel],
                                  hovertemplate="request %{customdata}<br>slot %{y}<extra></extra>"), row=1, col=1)
@@ -120,7 +145,10 @@ def live_figure(run: dict) -> go.Figure:
                                  hovertemplate=f"request %{{customdata}}<br>{name} %{{y:.1f}} ms<extra></extra>"),
                       row=2, col=1)
     fig.update_yaxes(title_text="slot", autorange="reversed", dtick=1, row=1, col=1)
-    fig.update_yaxes(title_text="ms (log scale)", type="log", row=2, col=1)   # TPOT is ms, TTFT can be 100x
+    _phase_legend(fig, 1, 1)
+    ms = [r[k] * 1e3 for r in lat for k in ("ttft_s", "tpot_s") if r.get(k)]
+    fig.update_yaxes(title_text="ms (log scale)", type="log", row=2, col=1,   # TPOT is ms, TTFT can be 100x
+                     **log_ticks(ms))
     fig.update_xaxes(title_text="time since the first arrival (s)", row=2, col=1)
     fig.update_layout(barmode="overlay", height=560, bargap=0.15, margin=dict(t=50, b=40, l=10, r=10),
                       legend=dict(orientation="h", y=-0.12))

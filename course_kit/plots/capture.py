@@ -7,19 +7,16 @@ from plotly.subplots import make_subplots
 _COLOURS = {"correct": "#d1f0d6", "silently wrong": "#ffe8b0", "refused": "#f8d0d0", "fails at run": "#f8d0d0"}
 
 
-def comparison_figure(rows: list[dict], methods: tuple[str, ...]) -> go.Figure:
-    """The comparison as a coloured table: green correct, amber silently wrong, red refused or failed."""
+def comparison_figure(rows: list[dict], methods: tuple[str, ...]):
+    """The comparison as a coloured table (green correct, amber silently wrong, red refused or failed)
+    whose long details wrap instead of being cut: a `notebook.Table`, HTML, as wide as the column."""
+    from ..notebook import table
     header = ["case"] + list(methods)
-    columns = [[f"<b>{r['case']}</b><br><i>{r['note']}</i>" for r in rows]]
-    colours = [["#f5f5f5"] * len(rows)]
-    for m in methods:
-        columns.append([f"{r[m].symbol} {r[m].detail}" for r in rows])
-        colours.append([_COLOURS[r[m].status] for r in rows])
-    fig = go.Figure(go.Table(columnwidth=[2.2] + [2] * len(methods),
-                             header=dict(values=header, fill_color="#e0e0e0", align="left"),
-                             cells=dict(values=columns, fill_color=colours, align="left", height=48)))
-    fig.update_layout(height=140 + 75 * len(rows), margin=dict(t=10, b=10, l=10, r=10))
-    return fig
+    # the verdict in words (the colour says it too): an emoji mark is an empty box without an emoji font
+    cells = [[f"<b>{r['case']}</b><br><i>{r['note']}</i>"] + [f"<b>{r[m].status}</b>: {r[m].detail}" for m in methods]
+             for r in rows]
+    fills = [["#f5f5f5"] + [_COLOURS[r[m].status] for m in methods] for r in rows]
+    return table(header, cells, fills, widths=[2.2] + [2] * len(methods))
 
 
 def timing_figure(rows: list[dict]) -> go.Figure:

@@ -6,6 +6,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from course_kit.batching.loadgen import sweep_rows
+from course_kit.plots.batching import log_ticks
 
 
 def latency_vs_load(record: dict, title: str | None = None) -> go.Figure:
@@ -16,7 +17,8 @@ def latency_vs_load(record: dict, title: str | None = None) -> go.Figure:
     summary = record.get("summary", {})
     servers = summary.get("servers", {})
     threshold = summary.get("threshold_s", 1.0)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("time to first token", "time per output token"),
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(f"time to first token (grey dots: {threshold:g} s)",
+                                                        "time per output token"),
                         horizontal_spacing=0.1)
     colors = qualitative.Plotly
     for i, (name, sel) in enumerate(rows.items()):
@@ -39,12 +41,17 @@ def latency_vs_load(record: dict, title: str | None = None) -> go.Figure:
         if info.get("capacity_rps"):
             for col in (1, 2):
                 fig.add_vline(x=info["capacity_rps"], line=dict(color=color, dash="dot", width=1), row=1, col=col)
-    fig.add_hline(y=threshold, line=dict(color="gray", dash="dot"), row=1, col=1,
-                  annotation_text=f"{threshold:g} s", annotation_position="top left")
-    fig.update_xaxes(title_text="request rate (requests/s, Poisson)", type="log")
-    fig.update_yaxes(title_text="seconds", type="log", row=1, col=1)
-    fig.update_yaxes(title_text="seconds", type="log", row=1, col=2)
+    # named in the panel's title: an hline's annotation lands off the line on a log axis
+    fig.add_hline(y=threshold, line=dict(color="gray", dash="dot"), row=1, col=1)
+    every = [r for sel in rows.values() for r in sel]
+    fig.update_xaxes(title_text="request rate (requests/s, Poisson)", type="log",
+                     **log_ticks([r["rate_rps"] for r in every]))
+    for col, metric in ((1, "ttft"), (2, "tpot")):
+        fig.update_yaxes(title_text="seconds", type="log", row=1, col=col,
+                         **log_ticks([r.get(f"{metric}_{q}_s") for r in every for q in ("p50", "p99")]
+                                     + ([threshold] if col == 1 else [])))
     gpu = record.get("environment", {}).get("gpu") or "this machine"
     fig.update_layout(title=title or f"Latency against load on {gpu} (dotted: each server's saturation capacity)",
-                      height=460, legend=dict(groupclick="toggleitem"))
+                      height=480, legend=dict(groupclick="toggleitem", orientation="h", yanchor="top", y=-0.22),
+                      margin=dict(r=10))
     return fig

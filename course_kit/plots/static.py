@@ -70,6 +70,59 @@ def display_static(figure: Any) -> bool:
     return True
 
 
+WIDGET_STATIC = "widget_static"   # course_kit metadata of a widget's static image: {"what", "pending"}
+
+
+def widget_caption(what: str) -> str:
+    return f"*Above: the initial view of {what}. In Jupyter it is live: move its controls.*"
+
+
+def display_widget_static(figure: Any, what: str) -> bool:
+    """A widget's static image for an executed copy: its PNG and the caption saying so, True; or,
+    where no PNG can be made in this process, the figure's JSON marked pending and no caption, False:
+    `finish_executed` then turns it into the PNG and its caption, or removes it (never a caption
+    with no image above it)."""
+    from IPython.display import Image, Markdown, display
+    png = to_png(figure)
+    if png is not None:
+        display(Image(png), metadata={"course_kit": {WIDGET_STATIC: {"what": what}}})
+        display(Markdown(widget_caption(what)))
+        return True
+    fig = figure if isinstance(figure, dict) else json.loads(figure.to_json())
+    display({PLOTLY_MIME: fig, "text/plain": ""}, raw=True,
+            metadata={"course_kit": {WIDGET_STATIC: {"what": what, "pending": True}}})
+    return False
+
+
+def _pending(output: dict) -> dict | None:
+    meta = ((output.get("metadata") or {}).get("course_kit") or {}).get(WIDGET_STATIC)
+    return meta if isinstance(meta, dict) and meta.get("pending") else None
+
+
+def _finish_widget_statics(nb: dict) -> tuple[int, int]:
+    """Pending widget images (display_widget_static): PNG and caption, or removed. (made, removed)"""
+    made = removed = 0
+    for cell, outputs in _outputs(nb):
+        kept = []
+        for output in outputs:
+            meta = _pending(output)
+            if meta is None:
+                kept.append(output)
+                continue
+            png = to_png(output["data"][PLOTLY_MIME])
+            if png is None:
+                removed += 1
+                continue
+            made += 1
+            kept.append({"output_type": "display_data", "metadata": {"course_kit": {WIDGET_STATIC: {"what": meta["what"]}}},
+                         "data": {"image/png": base64.b64encode(png).decode("ascii"),
+                                  "text/plain": f"<the initial view of {meta['what']}>"}})
+            kept.append({"output_type": "display_data", "metadata": {},
+                         "data": {"text/markdown": widget_caption(meta["what"]), "text/plain": widget_caption(meta["what"])}})
+        cell["outputs"] = kept
+    return made, removed
+
+
 def _outputs(nb: dict):
     for cell in nb.get("cells", []):
         if cell.get("cell_type") == "code":
@@ -96,9 +149,12 @@ def _drop_interactive(output: dict) -> int:
 def finish_executed(nb: dict, budget: int = NOTEBOOK_BUDGET, figure_max: int = FIGURE_JSON_MAX) -> dict:
     """Add PNGs to the figures of an executed notebook (nbformat JSON, changed in place), keep it
     under `budget` bytes by dropping interactive JSON (largest first, only where a PNG exists) and
-    remove frozen progress bars. Returns counts: images (added), dropped (interactive JSON),
-    progress_bars (removed), without_png (no renderer could make one), bytes."""
+    remove frozen progress bars. Widgets' pending static images get their PNG and caption, or go;
+    widget outputs without saved state become the "re-run this cell" note. Returns counts: images
+    (added), dropped (interactive JSON), progress_bars (removed), without_png (no renderer could make
+    one), widget_images, widget_images_removed, dead_widgets, bytes."""
     stats = {"images": 0, "dropped": 0, "progress_bars": 0, "without_png": 0}
+    stats["widget_images"], stats["widget_images_removed"] = _finish_widget_statics(nb)
     figures = []
     for cell, outputs in _outputs(nb):
         kept = [o for o in outputs if not _is_progress_bar(o)]
@@ -116,6 +172,8 @@ def finish_executed(nb: dict, budget: int = NOTEBOOK_BUDGET, figure_max: int = F
                 data["image/png"] = base64.b64encode(png).decode("ascii")
                 stats["images"] += 1
             figures.append(output)
+    from ..lab import drop_dead_widgets
+    stats["dead_widgets"] = drop_dead_widgets(nb)   # no saved state: "re-run this cell", not "model not found"
     for output in figures:
         if len(json.dumps(output["data"][PLOTLY_MIME])) > figure_max:
             _drop_interactive(output)

@@ -32,11 +32,23 @@ def static_figures() -> bool:
     return os.environ.get("COURSE_KIT_STATIC_FIGURES", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def _display_widget(widget: Any) -> None:
+    """The widget's live view, with `lab.RERUN_NOTE` as its plain-text form: what a reader without the
+    widget (GitHub, nbviewer, a notebook reopened without its state) sees instead of its repr."""
+    from IPython.display import display
+    from ..lab import RERUN_NOTE
+    bundle = getattr(widget, "_repr_mimebundle_", None)
+    data = bundle() if callable(bundle) else None
+    if not isinstance(data, dict) or "application/vnd.jupyter.widget-view+json" not in data:
+        display(widget)
+        return
+    display({**data, "text/plain": RERUN_NOTE}, raw=True)
+
+
 def show(widget: Any, figure: Any = None, what: str = "this widget") -> None:
-    """Display an ipywidget; in an executed copy also a static image of `figure` (a plotly figure)."""
-    from IPython.display import Markdown, display
-    display(widget)
+    """Display an ipywidget; in an executed copy also a static image of `figure` (a plotly figure),
+    captioned, or, where no image can be made here, nothing (the record's finishing pass makes it)."""
+    _display_widget(widget)
     if figure is not None and static_figures():
         from ..plots import static
-        static.display_static(figure)
-        display(Markdown(f"*Above: the initial view of {what}. In Jupyter it is live: move its controls.*"))
+        static.display_widget_static(figure, what)

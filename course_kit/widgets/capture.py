@@ -16,14 +16,20 @@ from .dtypes import redraw
 
 __all__ = ["CaptureGallery", "verdict_html"]
 
-_SYMBOL = {"correct": "✅", "silently wrong": "⚠️", "refused": "❌", "fails at run": "❌"}
+_COLOUR = {"correct": "#1a7f37", "silently wrong": "#d97706", "refused": "#cf222e", "fails at run": "#cf222e"}
+
+
+def _mark(status: str) -> str:
+    """A coloured square: an HTML mark that every font shows (an emoji is an empty box without one)."""
+    return (f'<span style="display:inline-block;width:0.8em;height:0.8em;border-radius:2px;'
+            f'vertical-align:-0.05em;background:{_COLOUR[status]}"></span>')
 
 
 def verdict_html(cell: dict) -> str:
     """The verdict, why, and the captured program (an excerpt of its operator lines)."""
     ir = cell.get("ir") or "(nothing captured)"
     return (f'<div class="ck-gallery-verdict"><b>{html.escape(cell["trap"])}</b> with '
-            f'<code>{html.escape(cell["method"])}</code>: <span class="ck-status">{_SYMBOL[cell["status"]]} '
+            f'<code>{html.escape(cell["method"])}</code>: <span class="ck-status">{_mark(cell["status"])} '
             f'{html.escape(cell["status"])}</span>. {html.escape(cell["detail"])}<br><i>{html.escape(cell["note"])}'
             f'</i><pre class="ck-ir" style="font-size:11px;max-height:260px;overflow:auto">{html.escape(ir)}</pre></div>')
 

@@ -18,6 +18,23 @@
 {{SETUP}}
 
 # %% [markdown]
+# ## How the exercises work
+#
+# Every notebook ends with exercises: **predict** a result, **measure** it with the course's own
+# functions, **explain** it, or implement what the notebook did not show.
+# - An **exercise cell** is a code cell that raises `NotImplementedError("Exercise NN.name: ...")`
+#   until you replace that line with your answer. Run All stops there, which is expected: everything
+#   above it has run.
+# - The **check cell** below it calls `grading.check("NN.name", ...)` on your answer: one or two lines
+#   saying what is right or wrong (never the expected value). Run it as often as you like.
+# - Stuck? Run `grading.hint("NN.name")` in a new cell (`from course_kit import grading` first): a hint
+#   written for that exercise, not the answer.
+# - For self-study, the **solved build** holds every solution: `make solved` writes it to
+#   `build/solved/` in your checkout. Try first; the check is the better teacher.
+#
+# The first one is at the end of this notebook, `00.decode_batch`.
+
+# %% [markdown]
 # ## Parameters
 # Sizes come from the device: small on a CPU, full size on a large GPU. `COURSE_KIT_SMOKE=1` (what
 # CI uses) picks the smallest. Papermill can override any of them.
@@ -57,13 +74,11 @@ machines = {"T4 (sm_75)": (7, 5), "A100 (sm_80)": (8, 0), "L4 (sm_89)": (8, 9), 
             "this machine": device.capabilities().capability}
 flags = ["bf16_tensor_cores", "tf32", "fp8", "sdpa_flash", "sdpa_cudnn", "cuda_graphs"]
 rows = {name: device.capabilities(cap) for name, cap in machines.items()}
-fig = go.Figure(go.Table(
-    header=dict(values=["capability"] + list(rows)),
-    cells=dict(values=[flags + ["preferred half dtype"]] + [
-        ["✅" if getattr(c, f) else "—" for f in flags] + [device.dtype_name(device.compute_dtype(c))]
-        for c in rows.values()])))
-fig.update_layout(height=330, margin=dict(t=10, b=10))
-fig
+notebook.table(["capability"] + list(rows),
+               [[f] + ["yes" if getattr(c, f) else "—" for c in rows.values()] for f in flags]
+               + [["preferred half dtype"] + [device.dtype_name(device.compute_dtype(c)) for c in rows.values()]],
+               fills=[[None] + ["#d1f0d6" if getattr(c, f) else None for c in rows.values()] for f in flags]
+               + [[None] * (len(rows) + 1)])
 
 # %% [markdown]
 # ## 2. Timing honestly

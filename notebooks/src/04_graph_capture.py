@@ -40,6 +40,7 @@ from torch.export import Dim
 
 from course_kit import grading, narrate
 from course_kit.capture import methods as capture, traps
+from course_kit import notebook
 from course_kit.notebook import md, show_source
 from course_kit.plots import capture as capture_plots
 from course_kit.widgets import show
@@ -85,15 +86,16 @@ md("**What just happened.** Operators in each captured graph of the same block: 
 #
 # Each case below is a small module with one kind of Python in it. `probe` captures it with one
 # method from an example input, then runs the capture on *other* inputs and compares with eager,
-# including any in-place change to the caller's tensors. A cell is ✅ when the capture matched eager,
-# ⚠️ when it ran and gave a different answer (the dangerous outcome), ❌ when capture or the run
-# refused. The last two rows save each capture to a file and load it back, and list its operators.
+# including any in-place change to the caller's tensors. A cell is green (**correct**) when the
+# capture matched eager, amber (**silently wrong**) when it ran and gave a different answer (the
+# dangerous outcome), red (**refused**, **fails at run**) when capture or the run refused. The last two rows save each capture to a file and load it back, and list its operators.
 
 # %%
 show_source(capture.probe)
 
 # %%
-rows = capture.compare(dim=DIM)
+with notebook.quiet():   # export logs its partial graph when it refuses; section 4c reads that log
+    rows = capture.compare(dim=DIM)
 capture_plots.comparison_figure(rows, capture.METHODS)
 
 # %%
@@ -166,14 +168,23 @@ for row in traps.script_rejects():
 # `torch.cond(pred, true_fn, false_fn, operands)`, which picks one at run time.
 
 # %%
-refused = traps.export_refuses_data_dependent()
+with notebook.quiet() as export_log:      # what export logs while refusing, read below
+    refused = traps.export_refuses_data_dependent()
 print("export(Gate):", refused["error"] if refused["refused"] else "accepted")
+logged = [line for line in export_log.text.splitlines() if line.strip()]
+if logged:
+    print(f"\nexport also logged {len(logged)} lines while refusing; the first ones:\n  " + "\n  ".join(logged[:6]))
 show_source(traps.GateCond)
-fixed = traps.export_with_cond()
+with notebook.quiet():
+    fixed = traps.export_with_cond()
 print(fixed["code"])
 md("**What just happened.** `torch.export` " + ("refused `Gate` with " f"`{refused.get('type', '')}`" if refused["refused"] else "accepted `Gate`")
-   + ". With `torch.cond` the exported graph holds a `cond` node with both branches, and it matches eager on "
-   + ", ".join(f"{k} ({'✅' if v else '❌'})" for k, v in fixed["checks"].items()) + ".")
+   + (". Its log is the graph it had traced when it gave up: `aten.item` turns the tensor `x.sum() > 0` into a "
+      "Python bool, which export can only hold as a symbol with no known value (`u0`), so it cannot choose a "
+      "branch." if any("aten.item" in line for line in logged) else "")
+   + " With `torch.cond` the exported graph holds a `cond` node with both branches, and it "
+   + ("matches eager on every input: " if all(fixed["checks"].values()) else "differs from eager on some inputs: ")
+   + ", ".join(f"{k} ({'matches' if v else 'differs'})" for k, v in fixed["checks"].items()) + ".")
 
 # %% [markdown]
 # ### 4d. `export` checks what a dynamic dimension may be
