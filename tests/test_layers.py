@@ -28,10 +28,11 @@ LAYERS = [
                  "course_kit.capture", "course_kit.cuda_graphs", "course_kit.batching", "course_kit.streams",
                  "course_kit.parallel", "course_kit.capstone")),
     ("benchmarks", ("course_kit.benchmarks",)),
-    ("display", ("course_kit.plots", "course_kit.notebook")),
+    ("display", ("course_kit.plots", "course_kit.notebook", "course_kit.lab")),
     ("widgets", ("course_kit.widgets",)),
     # checkers may use lessons as oracles; the instructor's tools are held to a stricter rule below
     ("fronts", ("course_kit.grading", "course_kit.nbbuild", "course_kit.benchtable", "course_kit.colab",
+                "course_kit.torch_install",
                 "course_kit.cli", "course_kit.__main__")),
 ]
 INSTRUCTOR = "course_kit.grading.instructor"
