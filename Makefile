@@ -13,6 +13,9 @@ NO_BROWSER := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell un
 # Jupyter refuses to run as root unless told to (containers, CI, Colab-like machines run as root).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 PYTEST_ARGS ?=
+# Test files (a notebook is one file, so its cells stay in order in one kernel) spread over two
+# processes: much of the suite waits on subprocesses (JupyterLab, kernels, sandboxes, gloo ranks).
+TEST_WORKERS ?= 2
 
 .PHONY: lab test venv notebooks solved wheel clean
 
@@ -58,7 +61,7 @@ test: $(VENV)/.test
 	rm -rf build/ci
 	$(PY) -m course_kit.nbbuild --ci build/ci
 	COURSE_KIT_SMOKE=1 $(PY) -m pytest tests build/ci --nbval-lax --nbval-cell-timeout=600 \
-		--timeout=900 -p no:cacheprovider $(PYTEST_ARGS)
+		--timeout=900 -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The solved build (instructors: `course-kit release`/`grade` take it as their source); generated.
 solved: $(VENV)/.test

@@ -29,6 +29,26 @@ MOVED = {
 }
 
 
+# Functions that moved to another module: {old module: {name: new module}}. The old module forwards
+# them (`forwarder`), with the same warning; new code imports the new place.
+MOVED_NAMES = {
+    "course_kit.bench": {"run_topic": "course_kit.benchmarks", "topics": "course_kit.benchmarks",
+                         "import_errors": "course_kit.benchmarks"},
+}
+
+
+def forwarder(module: str):
+    """A module-level `__getattr__` for `module` that serves its moved names from their new place."""
+    def __getattr__(name: str):
+        target = MOVED_NAMES.get(module, {}).get(name)
+        if target is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        warnings.warn(f"{module}.{name} moved to {target}.{name}; this notebook was saved before the move",
+                      FutureWarning, stacklevel=2)
+        return getattr(importlib.import_module(target), name)
+    return __getattr__
+
+
 def new_path(name: str) -> str | None:
     """The module an old dotted name now lives in (submodules of a moved package too), or None."""
     for old, new in MOVED.items():

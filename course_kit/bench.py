@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
+from . import _moved
 from . import device as _device
 from .device import default_device, has_cuda
 
@@ -202,6 +203,11 @@ def topic(name: str, help: str = "") -> Callable[[Callable[[dict], dict]], Calla
         _TOPICS[name] = Topic(name, fn, help or (fn.__doc__ or "").strip().split("\n")[0], fn.__module__)
         return fn
     return register
+
+
+# bench.run_topic and bench.topics, as notebooks saved before the move call them: they live in
+# benchmarks/ now (bench times; it never imports the layer above it)
+__getattr__ = _moved.forwarder(__name__)
 
 
 def jsonable(obj: Any) -> Any:

@@ -45,3 +45,12 @@ def test_the_old_single_module_lessons_keep_their_names():
 def test_an_unknown_name_is_still_an_import_error():
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("course_kit.no_such_lesson")
+
+
+def test_a_moved_function_is_forwarded_from_its_old_module():
+    # bench.run_topic (notebooks saved before the move) is benchmarks.run_topic, with a warning
+    from course_kit import bench, benchmarks
+    with pytest.warns(FutureWarning, match="moved to course_kit.benchmarks.run_topic"):
+        assert bench.run_topic is benchmarks.run_topic
+    with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
+        bench.nonexistent

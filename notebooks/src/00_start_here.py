@@ -49,7 +49,7 @@ REPEAT = P["repeat"]          # timed repeats (the median is reported)
 import plotly.graph_objects as go
 import torch
 
-from course_kit import bench, narrate, notebook, plots, reference, widgets
+from course_kit import bench, benchmarks, narrate, notebook, plots, reference, widgets
 from course_kit.roofline import ceilings as roofline
 from course_kit.notebook import md, show_source
 from course_kit.widgets.roofline import RooflineExplorer
@@ -115,7 +115,7 @@ md(roofline.explain_timing(cold.median_s, warm.median_s, warm.spread, REPEAT,
 show_source(roofline.copy_bandwidth)
 
 # %%
-own = bench.run_topic("roofline", {"copy_mib": COPY_MIB, "matmul_n": MATMUL_N, "repeat": REPEAT})
+own = benchmarks.run_topic("roofline", {"copy_mib": COPY_MIB, "matmul_n": MATMUL_N, "repeat": REPEAT})
 ref = notebook.record("roofline", "h200", quiet=True)   # the reference record, compared with yours
 spec = device.peaks()
 md(roofline.explain_copy(own["summary"]["copy_gbs"], ref["summary"]["copy_gbs"] if ref else None,
