@@ -108,7 +108,7 @@ def test_rounding_matches_exact_rne_oracle(name):
         if want == "overflow":
             if f.has_inf:
                 assert r.stored == math.copysign(math.inf, x) and r.outcome == "overflow to inf"
-            else:   # e4m3fn: saturation (torch >= 2.12) or NaN (older torch)
+            else:   # e4m3fn: saturation (since pytorch#178817, torch 2.13) or NaN (torch 2.11 and before)
                 assert r.outcome in ("saturated", "NaN")
                 assert r.stored == math.copysign(f.max, x) or math.isnan(r.stored)
         else:

@@ -86,7 +86,7 @@ def test_memory_estimator_callbacks():
     names = {t.name for t in w.figure.data}
     assert {"weights", "gradients", "master weights", "optimizer moments"} <= names
     w.mode.value = "inference"
-    w.gpu.value = "H200 141 GB"
+    w.gpu.value = "H200"
     assert "TP=1" in w.text.value and "fits (" in w.text.value      # 70B bf16 weights, 128.5 GiB
 
 

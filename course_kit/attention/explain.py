@@ -236,9 +236,14 @@ def explain_xformers(ok: bool, why: str, times: Mapping[str, float] | None = Non
     return f"xFormers ({why}) took **{x * 1e3:.3g} ms**: " + (others or "no peer was timed beside it") + "."
 
 
-def explain_steps(steps: Sequence[Mapping], peers: Mapping[str, float | None]) -> str:
-    """The forward's steps (bench attention's STEPS), each against the step before, the last
-    against the peers of the same run (name -> TFLOP/s at the acceptance shape)."""
+def explain_steps(steps: Sequence[Mapping], table: Mapping[str, float | None] | None = None,
+                  kernel: str | None = None) -> str:
+    """The forward's steps (bench attention's STEPS), each against the step before.
+
+    The steps are timed in a pass of their own, so they are compared only with each other. Against
+    the peers, the sentence reads the run's table (`table`: variant -> TFLOP/s at the acceptance
+    shape, the numbers explain_fastest words), for the course's fastest kernel there (`kernel`):
+    one source of numbers per run, so two cells never rank the same kernels differently."""
     timed = [s for s in steps if s.get("tflops")]
     if not timed:
         return "No step of the forward was timed (they need a Hopper GPU with TMA)."
@@ -256,8 +261,11 @@ def explain_steps(steps: Sequence[Mapping], peers: Mapping[str, float | None]) -
     failed = [s["step"] for s in steps if not s.get("tflops")]
     if failed:
         text += f" Not timed here: {', '.join(failed)}."
-    best = max(timed, key=lambda s: s["tflops"])
-    against = [f"{narrate.rate(best['tflops'], v)} {name}" for name, v in peers.items() if v]
-    if against:
-        text += f" The best step ({best['step']}) runs " + " and ".join(against) + "."
+    mine = (table or {}).get(kernel) if kernel else None
+    if mine:
+        peers = {"SDPA flash": table.get("sdpa flash"), "cuDNN": table.get("sdpa cudnn")}
+        against = [f"{narrate.rate(mine, v)} {name}" for name, v in peers.items() if v]
+        if against:
+            text += (f" These steps were timed in a pass of their own; against the peers, the table of the same "
+                     f"run says: **{kernel}** at **{mine:.0f} TFLOP/s**, " + " and ".join(against) + ".")
     return text

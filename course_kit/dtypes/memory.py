@@ -16,16 +16,20 @@ from dataclasses import dataclass, field
 
 __all__ = ["BYTES_PER_PARAM", "OPTIMIZERS", "ModelShape", "PRESETS", "bytes_per_param",
            "weights_bytes", "training_bytes", "activation_bytes", "kv_cache_bytes",
-           "per_gpu_bytes", "GB", "GiB", "GPU_MEMORY_GIB"]
+           "per_gpu_bytes", "GB", "GiB", "GPU_MEMORY_GIB", "DATASHEET_GB"]
 
 GB = 1e9
 GiB = 2 ** 30    # the unit of the course's text (course_kit.narrate.gib)
 
-# Usable memory of one GPU, in GiB, as torch reports it (`torch.cuda.get_device_properties(0).total_memory`):
-# less than the product name's "GB". The H200's is this course's own measurement (its reference runs
-# print 139.8 GiB); the others are the totals those GPUs typically report (driver-dependent by ~0.5%).
-GPU_MEMORY_GIB: dict[str, float] = {"H200 141 GB": 139.8, "H100 80 GB": 79.2, "A100 40 GB": 39.6,
-                                    "T4 16 GB": 14.8}
+# Memory of one GPU, in GiB, as torch reports it (`torch.cuda.get_device_properties(0).total_memory`),
+# keyed by the name torch gives the GPU (without "NVIDIA"/"Tesla"). The H200's is this course's own
+# measurement (its reference runs print 139.8 GiB); the others are the totals those GPUs typically
+# report (driver-dependent by ~0.5%). The "GB" figure of a datasheet is a rounded product name, not a
+# byte count: the H200's 139.8 GiB are 150.1e9 bytes, more than its datasheet's "141 GB"
+# (DATASHEET_GB, quoted only so that the notebook can say so; nothing computes with it).
+GPU_MEMORY_GIB: dict[str, float] = {"H200": 139.8, "H100 80GB HBM3": 79.2, "A100-SXM4-40GB": 39.6,
+                                    "T4": 14.8}
+DATASHEET_GB: dict[str, float] = {"H200": 141, "H100 80GB HBM3": 80, "A100-SXM4-40GB": 40, "T4": 16}
 
 BYTES_PER_PARAM: dict[str, float] = {
     "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp8_e4m3fn": 1, "fp8_e5m2": 1,

@@ -37,7 +37,7 @@ class MemoryEstimator:
     """Model, mode, weight dtype, sequence, batch, checkpointing and GPU; bars per TP degree."""
 
     def __init__(self, model: str = "7b", mode: str = "inference", dtype: str = "bf16",
-                 seq: int = 4096, batch: int = 1, gpu: str = "H200 141 GB") -> None:
+                 seq: int = 4096, batch: int = 1, gpu: str = "H200") -> None:
         if model not in PRESETS:
             raise ValueError(f"unknown model {model!r}; choose one of {list(PRESETS)}")
         if gpu not in GPU_MEMORY_GIB:
@@ -54,7 +54,7 @@ class MemoryEstimator:
         self.batch = W.IntSlider(value=batch, min=0, max=128, description="batch",
                                  continuous_update=False)
         self.checkpointing = W.Checkbox(value=False, description="activation checkpointing")
-        self.gpu = W.Dropdown(options=[(f"{k} ({v:.1f} GiB usable)", k) for k, v in GPU_MEMORY_GIB.items()],
+        self.gpu = W.Dropdown(options=[(f"{k} ({v:.1f} GiB)", k) for k, v in GPU_MEMORY_GIB.items()],
                               value=gpu, description="GPU", layout=W.Layout(width="320px"))
         self.text = W.HTML()
         self.out = W.Output()

@@ -233,11 +233,15 @@ aplots.causal_tiles_figure(1000, 128, 64)
 # Count accesses to HBM (the GPU's main memory) for one head with sequence length `N`, head dim
 # `d`, and an on-chip SRAM of `M` elements. Standard attention writes `S = QKᵀ` (`N²`), reads it
 # back for the softmax, writes `P` (`N²`), reads it back for `PV`: **Θ(Nd + N²)** accesses.
-# FlashAttention keeps blocks of `Q`, `K`, `V` and `O` in SRAM; blocks of `≈ M/4d` rows fit, so `K`
-# and `V` stream past every query block in `≈ 4Nd/M` passes of `Θ(Nd)` each: **Θ(N²d²/M)**
-# accesses (Dao et al. 2022, Theorem 2, which also proves no exact algorithm does asymptotically
-# better for all `M` between `d` and `Nd`). Since `d²` (16,384 for d = 128) is smaller than `M`
-# (~10⁵ elements on a datacenter GPU), flash attention moves fewer bytes, and more so as `N` grows.
+# FlashAttention (Algorithm 1 of Dao et al. 2022) keeps blocks of `Q`, `K`, `V` and `O` in SRAM.
+# Its outer loop loads each block `K_j`, `V_j` **once** (`2Nd` in all); its inner loop then reads
+# `Q_i`, `O_i`, `ℓ_i`, `m_i` and writes `O_i`, `ℓ_i`, `m_i` back for every query block. Blocks of
+# `B_c ≈ M/4d` keys fit, so `Q` and `O` are re-read and re-written `T_c ≈ 4Nd/M` times, passes of
+# `Θ(Nd)` each: **Θ(N²d²/M)** accesses (Theorem 2). Proposition 3 shows that no exact algorithm
+# does asymptotically better for every `M` between `d` and `Nd`. The ratio of the two scales is
+# `M/(Nd) + M/d²`: it *falls* as `N` grows and levels off at `M/d²`. Since `d²` (16,384 for d = 128)
+# is smaller than `M` (~10⁵ elements on a datacenter GPU), flash attention moves fewer bytes, by a
+# factor that tends to a constant rather than growing with `N`.
 #
 # `io_complexity` counts the accesses exactly, line by line of the paper's algorithms and of the
 # course's kernel (whose loop order, FlashAttention-2's, reads `Q` once and `K`, `V` once per query
@@ -254,7 +258,10 @@ io_here = io_complexity.traffic(N, HEAD_DIM, TILE, TILE, True, sram_bytes, ELEM,
 print(f"M = {sram_bytes // 1024:,} KiB: {sram_source}")
 md(explain.explain_io_counts(N, HEAD_DIM, io_here["standard"], io_here["flash"], sram_bytes,
                              io_here["sram_elements"], kernel=io_here["kernel"])
-   + f" The Theorem's scales: Nd + N² = {io_here['theta_standard']:,.0f} and N²d²/M = {io_here['theta_flash']:,.0f}.")
+   + f" The Theorem's scales: Nd + N² = {io_here['theta_standard']:,.0f} and N²d²/M = {io_here['theta_flash']:,.0f}; "
+   f"their ratio M/(Nd) + M/d² = {io_complexity.theta_ratio(N, HEAD_DIM, io_here['sram_elements']):.2f} levels off "
+   f"at M/d² = {io_complexity.theta_ratio_limit(HEAD_DIM, io_here['sram_elements']):.2f} as N grows, and the exact "
+   f"counts' ratio at {io_complexity.flash_ratio_limit(HEAD_DIM, io_here['sram_elements']):.2f} (no mask).")
 aplots.traffic_figure(io_here["rows"], title=f"HBM traffic, B={BATCH}, H={HEADS}, S={N}, d={HEAD_DIM}, 2-byte elements")
 
 # %% [markdown]
@@ -635,7 +642,7 @@ steps_record = own if DEVICE == "cuda" and own.get("steps") else ref
 if steps_record and steps_record.get("steps"):
     at = steps_record["summary"]["tflops_at_acceptance"]
     md(("Recorded on the reference " + str(steps_record["environment"].get("gpu")) + ": " if steps_record is ref else "")
-       + explain.explain_steps(steps_record["steps"], {"SDPA flash": at.get("sdpa flash"), "cuDNN": at.get("sdpa cudnn")}))
+       + explain.explain_steps(steps_record["steps"], at, steps_record["summary"].get("triton_variant")))
 else:
     print("No record of the forward's steps yet (they are timed by `course-kit bench attention` on a Hopper GPU).")
 
@@ -841,7 +848,8 @@ grading.check("08.causal_traffic_hidden", CAUSE)
 #   can be computed block by block.
 # - Flash attention tiles Q, K and V, rescales a running output with the same factor, and never
 #   writes the score matrix: linear memory, and Θ(N²d²/M) HBM accesses instead of Θ(Nd + N²)
-#   (Theorem 2), counted above for your shapes and SRAM and set against measured times.
+#   (Theorem 2; Proposition 3: no exact algorithm does better for every SRAM size), a saving that
+#   levels off as N grows, counted above for your shapes and SRAM and set against measured times.
 # - A Triton kernel of about a hundred lines, with exp2, an unmasked/masked split, heavy-first
 #   scheduling, pipelined (TMA) loads and a small autotune list, was timed beside FlashAttention-2
 #   and cuDNN in the same run, step by step and across a sweep; the recorded ratios above say where
@@ -852,8 +860,8 @@ grading.check("08.causal_traffic_hidden", CAUSE)
 # **Further reading**
 # - M. Milakov, N. Gimelshein, *Online normalizer calculation for softmax*, 2018.
 # - T. Dao, D. Fu, S. Ermon, A. Rudra, C. Ré, *FlashAttention: fast and memory-efficient exact
-#   attention with IO-awareness*, NeurIPS 2022 (Theorem 2 and Algorithms 0 and 1 are the IO counts
-#   of section 3b); T. Dao, *FlashAttention-2*, 2023; J. Shah et al., *FlashAttention-3*, 2024
+#   attention with IO-awareness*, NeurIPS 2022 (Algorithms 0 and 1, Theorem 2 and Proposition 3
+#   are the IO counts of section 3b); T. Dao, *FlashAttention-2*, 2023; J. Shah et al., *FlashAttention-3*, 2024
 #   (Hopper: TMA, warp specialisation, FP8).
 # - The Triton tutorials, *Fused Attention*; the PyTorch documentation of
 #   `torch.nn.functional.scaled_dot_product_attention` and `torch.nn.attention.sdpa_kernel`;
