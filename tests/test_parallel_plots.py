@@ -28,7 +28,7 @@ def test_figures_from_a_record():
     mlp = pplots.scaling_figure({"a": rec}, what="mlp")
     assert list(mlp.data[0].y) == [1.0, 2.0]
     table = pplots.tokens_table({"a": rec})
-    assert list(table.data[0].cells.values[1]) == [1, 2]
+    assert table.column(1) == [1, 2] and "<table" in table._repr_html_()
     assert len(pplots.bubble_figure(rec["results"], 2).data) == 3
 
 
@@ -58,7 +58,7 @@ def test_new_figures_format_their_numbers():
     from course_kit.parallel import schedules
     t = pplots.speed_table([{"machine": "m", "what": "MLP", "GPUs / ranks": 2, "time (ms)": 1234.5678,
                              "speed-up": 1.987}], title="x")
-    assert list(t.data[0].cells.values[3]) == ["1,234.568"] and list(t.data[0].cells.values[4]) == ["1.99x"]
+    assert t.column(3) == ["1,234.568"] and t.column(4) == ["1.99x"]
     g = pplots.gib_bars_figure({"a": {"weights": 2**31}}, title="x", capacity_bytes=2**32)
     assert list(g.data[0].y) == [2.0] and "4.0 GiB" in g.layout.annotations[0].text
     s = schedules.schedule_summary("interleaved", 2, 4, 2)
@@ -66,7 +66,10 @@ def test_new_figures_format_their_numbers():
     assert len(f.data) == 2 and f"formula {s['theory']:.1%}" in f.layout.title.text
     ft = pplots.fit_table([{"model": "a", "tp": 2, "algo": "ring", "measured_s": 1e-3, "model_s": 1.1e-3,
                             "error": 0.1}], title="x")
-    assert list(ft.data[0].cells.values[5]) == ["+10.0%"]
+    assert ft.column(5) == ["+10.0%"] and ft.column(6) == ["in sample"]
+    held = pplots.fit_table([], [{"model": "a", "tp": 2, "algo": "ring", "measured_s": 1e-3, "model_s": 0.9e-3,
+                                  "error": -0.1, "fitted_on": "b"}], title="x")
+    assert held.column(6) == ["held out (bases from b)"]
 
 
 def test_capstone_waterfall_marks_switched_off_steps():

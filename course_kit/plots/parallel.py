@@ -5,6 +5,8 @@ from typing import Any, Mapping, Sequence
 
 import plotly.graph_objects as go
 
+from .tables import Table
+
 from ..parallel import comm, pipeline
 
 __all__ = ["busbw_figure", "timeline_figure", "bubble_figure", "scaling_figure",
@@ -123,7 +125,7 @@ def scaling_figure(records: Mapping[str, Mapping[str, Any]], *, what: str = "dec
     return fig
 
 
-def tokens_table(records: Mapping[str, Mapping[str, Any]]) -> go.Figure:
+def tokens_table(records: Mapping[str, Mapping[str, Any]]) -> Table:
     """A gpt-fast style table: tokens/s of batch-1 decode per model and number of GPUs."""
     rows = []
     for label, rec in records.items():
@@ -131,17 +133,11 @@ def tokens_table(records: Mapping[str, Mapping[str, Any]]) -> go.Figure:
             rows.append((r["model"], r["tp"], label, r["tokens_per_s"], r.get("speedup"),
                          r.get("mode", ""), r.get("fp32_tokens_identical")))
     rows.sort()
-    cols = list(zip(*rows)) if rows else [[]] * 7
-    fmt = [list(cols[0]), list(cols[1]), list(cols[2]), [f"{v:,.1f}" for v in cols[3]],
-           [f"{v:.2f}x" if v else "" for v in cols[4]], list(cols[5]),
-           ["yes" if v else ("no" if v is False else "") for v in cols[6]]]
-    fig = go.Figure(go.Table(
-        header={"values": ["model", "GPUs", "machine", "tokens/s", "speed-up", "mode",
-                           "same greedy tokens (fp32)"]},
-        cells={"values": fmt}))
-    fig.update_layout(title="Batch-1 decode: tokens/s against the number of GPUs",
-                      height=120 + 28 * max(1, len(rows)), margin={"t": 40, "b": 10})
-    return fig
+    return Table(["model", "GPUs", "machine", "tokens/s", "speed-up", "mode", "same greedy tokens (fp32)"],
+                 [[m, tp, label, f"{tok:,.1f}", f"{sp:.2f}x" if sp else "", mode,
+                   "yes" if same else ("no" if same is False else "")]
+                  for m, tp, label, tok, sp, mode, same in rows],
+                 title="Batch-1 decode: tokens/s against the number of GPUs", numeric=(1, 3, 4))
 
 
 def bar_figure(values: Mapping[str, float], *, title: str, yaxis: str, log: bool = False) -> go.Figure:
@@ -216,23 +212,23 @@ def step_time_figure(times: Mapping[str, Mapping[str, float]], *, title: str) ->
     return fig
 
 
-def fit_table(rows: Sequence[Mapping[str, Any]], *, title: str) -> go.Figure:
-    """Measured against modelled decode times (tp_model.predict_record rows)."""
-    cols = [[r["model"] for r in rows], [r["tp"] for r in rows], [r["algo"] for r in rows],
-            [f"{r['measured_s'] * 1e3:,.3f}" for r in rows], [f"{r['model_s'] * 1e3:,.3f}" for r in rows],
-            [f"{r['error']:+.1%}" for r in rows]]
-    fig = go.Figure(go.Table(header={"values": ["model", "GPUs", "all-reduce", "measured (ms)", "model (ms)",
-                                                "model error"]}, cells={"values": cols}))
-    fig.update_layout(title=title, height=110 + 28 * max(1, len(rows)), margin={"t": 40, "b": 10})
-    return fig
+def fit_table(rows: Sequence[Mapping[str, Any]], held: Sequence[Mapping[str, Any]] = (), *,
+              title: str) -> Table:
+    """Measured against modelled decode times (tp_model.predict_record rows), then the held-out
+    ones (tp_model.held_out: bases fitted on another model), each row saying which it is."""
+    def kind(r: Mapping[str, Any]) -> str:
+        if "fitted_on" in r:
+            return f"held out (bases from {r['fitted_on']})"
+        return "solved exactly" if r["tp"] == 1 else "in sample"
+    return Table(["model", "GPUs", "all-reduce", "measured (ms)", "model (ms)", "model error", "fit"],
+                 [[r["model"], r["tp"], r["algo"], f"{r['measured_s'] * 1e3:,.3f}", f"{r['model_s'] * 1e3:,.3f}",
+                   f"{r['error']:+.1%}", kind(r)] for r in [*rows, *held]],
+                 title=title, numeric=(1, 3, 4, 5))
 
 
-def speed_table(rows: Sequence[Mapping[str, Any]], *, title: str) -> go.Figure:
+def speed_table(rows: Sequence[Mapping[str, Any]], *, title: str) -> Table:
     """TP MLP and decode rows (machine, what, GPUs, ms, speed-up) with readable numbers."""
-    cols = [[r["machine"] for r in rows], [r["what"] for r in rows], [r["GPUs / ranks"] for r in rows],
-            [f"{r['time (ms)']:,.3f}" for r in rows],
-            [f"{r['speed-up']:.2f}x" if r.get("speed-up") else "" for r in rows]]
-    fig = go.Figure(go.Table(header={"values": ["machine", "what", "GPUs / ranks", "time (ms)", "speed-up"]},
-                             cells={"values": cols}, columnwidth=[3, 4, 1.2, 1.5, 1.3]))
-    fig.update_layout(title=title, height=110 + 28 * max(1, len(rows)), margin={"t": 40, "b": 10})
-    return fig
+    return Table(["machine", "what", "GPUs / ranks", "time (ms)", "speed-up"],
+                 [[r["machine"], r["what"], r["GPUs / ranks"], f"{r['time (ms)']:,.3f}",
+                   f"{r['speed-up']:.2f}x" if r.get("speed-up") else ""] for r in rows],
+                 title=title, numeric=(2, 3, 4))
