@@ -420,3 +420,12 @@ def test_explain_steps_starts_a_new_kernel_from_the_old_one_at_its_best():
     # against the 500 of the best Triton step, not the 390 of the try listed just before it
     assert "**Gluon**: 525 TFLOP/s, 1.05x faster than the fastest step before it (64-row programs)" in text, text
     assert "**ping-pong**: 550 TFLOP/s" in text and "the step before" in text.split("**ping-pong**")[1]
+
+
+def test_explain_theta_levels_off_and_names_the_theorem_s_range():
+    m = 228 * 1024 // 2
+    text = explain.explain_theta(8192, 128, m)
+    assert "falls toward M/d² = 7.12" in text and "levels off at 2.35" in text and "outside" not in text
+    cpu = explain.explain_theta(256, 64, 524288)            # a CPU's 1 MiB L2 stand-in: M > Nd
+    assert "outside the theorem's range d ≤ M ≤ Nd" in cpu and "16,384" in cpu
+    assert "smaller than d" in explain.explain_theta(256, 64, 32)

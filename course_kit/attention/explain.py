@@ -79,6 +79,23 @@ def explain_io_counts(n: int, d: int, standard: float, flash: float, sram_bytes:
     return text
 
 
+def explain_theta(n: int, d: int, sram_elements: int) -> str:
+    """Theorem 2's scales at this shape, their ratio M/(Nd) + M/d² and where it levels off; says when
+    M lies outside the theorem's range d <= M <= Nd (then Q, K and V fit on chip whole)."""
+    from .io_complexity import flash_ratio_limit, theta_flash, theta_ratio, theta_ratio_limit, theta_standard
+    m = sram_elements
+    text = (f"The Theorem's scales: Nd + N² = {theta_standard(n, d):,.0f} and N²d²/M = {theta_flash(n, d, m):,.0f}; "
+            f"their ratio M/(Nd) + M/d² = {theta_ratio(n, d, m):.2f} falls toward M/d² = "
+            f"{theta_ratio_limit(d, m):.2f} as N grows, and the exact counts' ratio (no mask) levels off at "
+            f"{flash_ratio_limit(d, m):.2f}.")
+    if m > n * d:
+        text += (f" Here M is larger than Nd = {n * d:,}, outside the theorem's range d ≤ M ≤ Nd: Q, K and V "
+                 f"fit on chip whole, so these scales describe longer sequences than this one.")
+    elif m < d:
+        text += f" Here M is smaller than d = {d}, outside the theorem's range d ≤ M ≤ Nd."
+    return text
+
+
 def io_shares(bytes_moved: float, seconds: float, flops: float, bandwidth_gbs: float,
               peak_tflops: float | None) -> tuple[float, float | None]:
     """(share of the measured time that moving `bytes_moved` at the bandwidth takes, same for the FLOPs at peak)."""

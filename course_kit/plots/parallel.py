@@ -1,6 +1,7 @@
 """Figures of notebook 09: bus bandwidth, pipeline timelines and bubbles, TP scaling, MoE load."""
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -43,6 +44,9 @@ def busbw_figure(series: Mapping[str, Sequence[Mapping[str, Any]]], *, op: str =
     return fig
 
 
+LANE_PX, LANE_TOP = 70, 150       # a timeline's height: pixels per rank, and for title, legend and axis
+
+
 def timeline_figure(events: Sequence[Mapping[str, Any]], *, title: str = "Pipeline timeline",
                     unit: str = "s") -> go.Figure:
     """Gantt chart: one row per rank, forward (blue) and backward (orange) boxes per micro-batch."""
@@ -61,8 +65,13 @@ def timeline_figure(events: Sequence[Mapping[str, Any]], *, title: str = "Pipeli
                           "<extra></extra>"))
         shown.add(k)
     ranks = sorted({e["rank"] for e in events})
+    # height per lane, and the legend above the plot: at 45 px a lane the plot area of two ranks was
+    # ~20 px per rank and a side legend was clipped to one entry (issue 42)
     fig.update_layout(title=f"{title} (bubble {pipeline.bubble_of(events):.0%})" if events else title,
-                      barmode="overlay", height=120 + 45 * len(ranks),
+                      barmode="overlay", height=LANE_TOP + LANE_PX * max(1, len(ranks)),
+                      margin={"t": 90, "b": 50}, bargap=0.25,
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+                      uniformtext={"minsize": 9, "mode": "hide"},
                       xaxis={"title": f"time ({unit})"},
                       yaxis={"categoryorder": "array",
                              "categoryarray": [f"rank {r}" for r in reversed(ranks)]})
@@ -81,8 +90,11 @@ def bubble_figure(rows: Sequence[Mapping[str, Any]], p: int, *, title: str | Non
         if pts:
             fig.add_trace(go.Scatter(x=[a for a, _ in pts], y=[b for _, b in pts],
                                      mode="markers+lines", name=f"measured, {kind}"))
+    # labelled at the m values only: an auto log axis also labels minor ticks (a stray "9" left of 1)
+    ticks = [m for m in (1, 2, 4, 8, 16, 32, 64) if m <= max(dense)]
     fig.update_layout(title=title or f"Pipeline bubble with p={p} stages",
-                      xaxis={"title": "micro-batches m", "type": "log"},
+                      xaxis={"title": "micro-batches m", "type": "log", "tickvals": ticks,
+                             "ticktext": [str(m) for m in ticks], "range": [-0.05, math.log10(max(dense)) + 0.05]},
                       yaxis={"title": "idle fraction", "range": [0, 1]}, height=380)
     return fig
 

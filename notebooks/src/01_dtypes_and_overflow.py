@@ -50,6 +50,7 @@ from course_kit.dtypes.explain import (explain_capacity, explain_e4m3_overflow, 
 from course_kit.notebook import md, show_source
 from course_kit.plots import dtypes as dplots
 from course_kit.plots import memory as mplots
+from course_kit.plots.tables import Table
 from course_kit.widgets.dtypes import OpExplorer, OverflowExplorer
 from course_kit.widgets.memory import MemoryEstimator
 
@@ -81,10 +82,7 @@ rows = [dtypes.FORMATS[n].limits() for n in dtypes.FORMAT_NAMES]
 cols = ["format", "bits", "sign", "exponent", "mantissa", "bias", "max", "smallest normal",
         "smallest subnormal", "eps", "inf"]
 fmt_cell = lambda v: "—" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
-fig = go.Figure(go.Table(header=dict(values=cols),
-                         cells=dict(values=[[fmt_cell(r[c]) for r in rows] for c in cols])))
-fig.update_layout(height=330, margin=dict(t=10, b=10))
-fig
+Table(cols, [[fmt_cell(r[c]) for c in cols] for r in rows])   # an HTML table: it wraps, never cuts a word
 
 # %% [markdown]
 # The derivation agrees with PyTorch's own `torch.finfo` for every format torch has:
@@ -131,13 +129,10 @@ show_source(dtypes.tf32_round_bits)
 # %%
 probe = [1.0, 0.1, 1 + 2 ** -8, 300.0, 464.0, 500.0, 65520.0, 1e5, 1e39, 1e-6, 1e-8, 1e-40]
 table = {name: [dtypes.classify(x, name) for x in probe] for name in dtypes.FORMAT_NAMES}
-ROW_PX = 58   # three short lines per cell (value, outcome): the height follows the rows, none is cut
-fig = go.Figure(go.Table(
-    header=dict(values=["x"] + list(table), height=30),
-    cells=dict(height=ROW_PX, font=dict(size=11), values=[[f"{x:.6g}" for x in probe]] + [
-        [f"{r.stored:.5g}<br><i>{r.outcome.replace(' to ', '<br>to ')}</i>" for r in rs] for rs in table.values()])))
-fig.update_layout(height=30 + ROW_PX * len(probe) + 40, margin=dict(t=10, b=10))
-fig
+# an HTML table: each cell's value and outcome wrap inside its column and the rows take the height
+# they need, so no outcome is cut mid-word at any width
+Table(["x"] + list(table), [[f"{x:.6g}"] + [f"{table[n][i].stored:.5g}<br><i>{table[n][i].outcome}</i>" for n in table]
+                            for i, x in enumerate(probe)], raw_html=True)
 
 # %% [markdown]
 # ### What does PyTorch do with fp8 e4m3fn beyond 448?

@@ -58,6 +58,7 @@ from course_kit.attention import (availability, explain, gluon_flash, io_complex
 from course_kit.benchmarks import attention as attention_bench
 from course_kit.notebook import md, show_source
 from course_kit.plots import attention as aplots
+from course_kit.plots.tables import Table
 from course_kit.widgets.attention import TilesExplorer
 
 # Triton is imported only where it can run: without it, the rest of the notebook still does
@@ -258,10 +259,7 @@ io_here = io_complexity.traffic(N, HEAD_DIM, TILE, TILE, True, sram_bytes, ELEM,
 print(f"M = {sram_bytes // 1024:,} KiB: {sram_source}")
 md(explain.explain_io_counts(N, HEAD_DIM, io_here["standard"], io_here["flash"], sram_bytes,
                              io_here["sram_elements"], kernel=io_here["kernel"])
-   + f" The Theorem's scales: Nd + N² = {io_here['theta_standard']:,.0f} and N²d²/M = {io_here['theta_flash']:,.0f}; "
-   f"their ratio M/(Nd) + M/d² = {io_complexity.theta_ratio(N, HEAD_DIM, io_here['sram_elements']):.2f} levels off "
-   f"at M/d² = {io_complexity.theta_ratio_limit(HEAD_DIM, io_here['sram_elements']):.2f} as N grows, and the exact "
-   f"counts' ratio at {io_complexity.flash_ratio_limit(HEAD_DIM, io_here['sram_elements']):.2f} (no mask).")
+   + " " + explain.explain_theta(N, HEAD_DIM, io_here["sram_elements"]))
 aplots.traffic_figure(io_here["rows"], title=f"HBM traffic, B={BATCH}, H={HEADS}, S={N}, d={HEAD_DIM}, 2-byte elements")
 
 # %% [markdown]
@@ -385,10 +383,7 @@ if ok_triton:
         err = (out.double().cpu() - naive.reference_attention(q, k, v, causal=causal)).abs().max().item()
         checks.append({"shape": f"B={b} Hq={hq} Hkv={hkv} S={s} D={d}", "causal": causal,
                        "dtype": str(half).replace("torch.", ""), "max_abs_err": err, "ok": err < 3e-2})
-    fig = go.Figure(go.Table(header=dict(values=list(checks[0])),
-                             cells=dict(values=[[f"{c[key]:.2e}" if key == "max_abs_err" else c[key] for c in checks]
-                                                for key in checks[0]])))
-    fig.update_layout(height=60 + 35 * len(checks), margin=dict(t=10, b=10))
+    fig = Table(list(checks[0]), [[f"{c[key]:.2e}" if key == "max_abs_err" else c[key] for key in c] for c in checks])
 else:
     print(f"Skipped (Triton cannot run here): {why_triton}")
 fig
@@ -452,11 +447,10 @@ show_lines(sdpa_backends.backend_support, "sm = caps.sm", 'out["flash"] = (True'
 machines = {"T4 (sm_75)": (7, 5), "A100 (sm_80)": (8, 0), "L4 (sm_89)": (8, 9), "H100/H200 (sm_90)": (9, 0),
             "CPU": None}
 table = {name: sdpa_backends.backend_support(cap, torch.bfloat16, 128) for name, cap in machines.items()}
-fig = go.Figure(go.Table(header=dict(values=["bf16, head dim 128"] + list(table)),
-                         cells=dict(values=[list(sdpa_backends.BACKENDS)] + [
-                             [("✅ " if ok else "— ") + why for ok, why in col.values()] for col in table.values()])))
-fig.update_layout(height=260, margin=dict(t=10, b=10))
-fig
+# an HTML table (it wraps and takes the height it needs); ✓ and ✗ are in every text font, unlike ✅
+Table(["bf16, head dim 128"] + list(table),
+      [[backend] + [("✓ " if col[backend][0] else "✗ ") + col[backend][1] for col in table.values()]
+       for backend in sdpa_backends.BACKENDS])
 
 # %% [markdown]
 # And what the installed PyTorch actually runs here, on real inputs:
@@ -504,7 +498,7 @@ md(explain.explain_xformers(xf_ok, xf_why, xf_times))
 # speed, so on a CPU it is left out of the timings.
 
 # %%
-show_source(attention_bench.measure_case)
+show_lines(attention_bench.measure_case, "def run() -> dict:", "return out")
 
 # %%
 params = {"size": P["size"], "seq_lens": SEQ_LENS, "batch": BATCH, "heads": HEADS,
@@ -600,7 +594,7 @@ display_fig
 
 # %%
 if gluon_flash.HAS_GLUON:
-    show_source(gluon_flash._attend.fn, span="if PINGPONG:", head=34)
+    show_lines(gluon_flash._attend.fn, "if PINGPONG:", "turns += n_blocks + 1")
 else:
     print("This Triton has no Gluon (it arrived with Triton 3.5), so its source is not shown here.")
 
