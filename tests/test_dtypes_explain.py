@@ -122,3 +122,14 @@ def test_explain_throughput_names_a_contended_live_run_and_keeps_one_run_s_ratio
     # the same numbers as the record: stated plainly, no record beside them
     same = explain_throughput({}, rec, "NVIDIA H200", 8192, recorded=rec)
     assert "in this run" not in same and "the record" not in same and "**794 TFLOP/s**" in same
+
+
+def test_explain_capacity_one_unit_and_the_datasheet_named_as_a_name():
+    from course_kit.dtypes.explain import explain_capacity
+    text = explain_capacity(["H200", "H100 80GB HBM3"])
+    assert "**139.8 GiB** (150.1 × 10⁹ bytes), more than the \"141 GB\" of its datasheet" in text
+    assert "**79.2 GiB** (85.0 × 10⁹ bytes), more than the \"80 GB\"" in text
+    assert "T4 reports **14.8 GiB** (15.9 × 10⁹ bytes), less than the \"16 GB\"" in explain_capacity(["T4"])
+    import pytest
+    with pytest.raises(ValueError, match="unknown GPU"):
+        explain_capacity(["H200 141 GB"])

@@ -79,3 +79,21 @@ def test_capstone_waterfall_marks_switched_off_steps():
                            "engine: + async loop": 300.0})
     fig = waterfall_figure(ladder.waterfall(steps, ["async loop"]), title="x")
     assert list(fig.data[0].text) == ["100", "off", "2.00x", "200 tok/s"] and "composed" in fig.layout.title.text
+
+
+def test_readable_axes_and_lanes():
+    """Issue 41/42: no stray minor label on the bubble's log axis, a timeline lane is tall enough to
+    read and its legend sits above the plot (not clipped at the side)."""
+    ev = pipeline.simulate("1f1b", 2, 16)
+    fig = pplots.timeline_figure(ev, unit="steps")
+    assert fig.layout.height == pplots.LANE_TOP + 2 * pplots.LANE_PX and pplots.LANE_PX >= 60
+    assert fig.layout.legend.orientation == "h" and fig.layout.legend.y > 1
+    rows = [{"p": 2, "m": m, "bubble": 0.3, "schedule": "gpipe"} for m in (1, 2, 4, 8, 16)]
+    b = pplots.bubble_figure(rows, 2)
+    assert list(b.layout.xaxis.tickvals) == [1, 2, 4, 8, 16] and list(b.layout.xaxis.ticktext) == ["1", "2", "4", "8", "16"]
+
+
+def test_tp_tradeoff_figures_fit_a_column_side_by_side():
+    from course_kit.widgets.parallel import FIGURE_PX, TPTradeoff
+    w = TPTradeoff(model="70b", seq=8192)
+    assert all(f.layout.width == FIGURE_PX for f in w.figures.values()) and 2 * FIGURE_PX + 40 <= 1100
