@@ -133,3 +133,11 @@ def test_explain_capacity_one_unit_and_the_datasheet_named_as_a_name():
     import pytest
     with pytest.raises(ValueError, match="unknown GPU"):
         explain_capacity(["H200 141 GB"])
+
+
+def test_notebook_01_names_the_device_of_its_live_weight_only_run():
+    """Issue 41 item 9: '01:407 printed "On this cuda, ..."'; the device is named (gpu_name or CPU)."""
+    from pathlib import Path
+    src = (Path(__file__).resolve().parents[1] / "notebooks" / "src" / "01_dtypes_and_overflow.py").read_text()
+    assert "On this {P['device']}" not in src
+    assert "device.gpu_name() if P['device'] == 'cuda' else 'CPU'" in src
