@@ -3,7 +3,10 @@
 - `explain_range_precision`: which of two formats has the range and which the precision, from their
   max and eps (issue 19 item 11: bf16, not fp16, pays for its range with precision).
 - `explain_throughput`: each measured matmul rate against bf16's, beside the datasheet's ratio and
-  each one's fraction of its own peak (issue 19 item 12: int8 measured 1.24x bf16, not 2x).
+  each one's fraction of its own peak (issue 19 item 12: int8 measured 1.24x bf16, not 2x); a live
+  run's bf16 rate is named as this run's when it is >15% off the record of the same GPU (issue 40).
+- `explain_e4m3_overflow`: what this torch does beyond e4m3fn's 448, and which PyTorch change decides it.
+- `explain_capacity`: a GPU's memory as torch reports it, in GiB, beside its datasheet's "GB".
 """
 from __future__ import annotations
 
