@@ -95,15 +95,16 @@ def jupyterlab(notebook: Path, tmp: Path, extra_args: tuple[str, ...] = ()):
 
 
 @contextlib.contextmanager
-def opened_notebook(lab: dict, name: str, run_all: bool = True):
+def opened_notebook(lab: dict, name: str, run_all: bool = True, viewport: dict | None = None):
     """Headless Chromium on the notebook, a kernel attached and idle, and (by default) Run All, which
-    stops at the learner's first unsolved exercise: every cell above it has run."""
+    stops at the learner's first unsolved exercise: every cell above it has run. `viewport`: the
+    window's size (default 1400 x 1000)."""
     from playwright.sync_api import sync_playwright
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
-            pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+            pg = browser.new_page(viewport=viewport or {"width": 1400, "height": 1000})
             pg.set_default_timeout(30_000)
             pg.goto(f"{lab['base']}/lab/tree/{name}?token={lab['token']}&reset")
             pg.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)

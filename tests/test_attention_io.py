@@ -57,17 +57,56 @@ def test_kernel_accesses_hand_count():
     assert io.kernel_accesses(5, 2, 2, 2, causal=False) == 2 * 2 * 15 + 25
 
 
-def test_theorem_2_scaling():
-    # at the H200's 228 KiB and bf16, d = 128: flash moves fewer elements, more so as N grows
-    m = 228 * 1024 // 2
-    ratios = [io.standard_accesses(n, 128) / io.flash_accesses(n, 128, m) for n in (1024, 4096, 16384)]
-    assert 1 < ratios[0] < ratios[1] < ratios[2]
+def test_algorithm_1_loads_k_and_v_once_and_rereads_q_o_t_c_times():
+    """Dao et al. 2022, Algorithm 1: K_j, V_j are loaded once, in the outer loop (2Nd whatever M is);
+    Q_i, O_i, ℓ_i, m_i are re-read and O_i, ℓ_i, m_i re-written once per key block, T_c = ⌈N/B_c⌉
+    ≈ 4Nd/M times (issue 41 item 11: not 'K and V stream past every query block')."""
+    n, d = 4096, 128
+    for m in (4096, 32768, 116736):
+        parts = io.flash_access_parts(n, d, m)
+        assert parts["K, V"] == 2 * n * d                                   # independent of M
+        assert parts["T_c"] == math.ceil(n / math.ceil(m / (4 * d)))
+        assert parts["Q, O, ℓ, m"] == parts["T_c"] * (3 * n * d + 4 * n)
+        assert parts["T_c"] == pytest.approx(4 * n * d / m, rel=0.05)        # T_c ≈ 4Nd/M
+    # more SRAM: the same K/V traffic, fewer passes over Q and O
+    small, big = io.flash_access_parts(n, d, 32768), io.flash_access_parts(n, d, 65536)
+    assert small["K, V"] == big["K, V"] and big["Q, O, ℓ, m"] < small["Q, O, ℓ, m"]
+
+
+def test_theorem_2_and_proposition_3_scales():
+    """Theorem 2: Θ(Nd + N²) and Θ(N²d²/M); the exact counts stay within constant factors of those
+    scales over the theorem's whole range d <= M <= Nd (Proposition 3 says no exact algorithm beats
+    N²d²/M for all such M, so Algorithm 1 is optimal up to that constant)."""
+    n, d = 2048, 64
+    for m in (d, 4 * d, 64 * d, 1024, 8192, n * d // 4, n * d):
+        r = io.flash_accesses(n, d, m) / io.theta_flash(n, d, m)
+        assert 3.0 <= r <= 16.0, (m, r)      # T_c·3Nd ≈ (4Nd/M)·3Nd = 12·N²d²/M in the middle of the range
+    assert io.flash_accesses(n, d, 8192) / io.theta_flash(n, d, 8192) == pytest.approx(12, rel=0.05)
+    for n2 in (256, 1024, 8192):
+        assert 1.0 <= io.standard_accesses(n2, d) / io.theta_standard(n2, d) <= 4.0
     # the Theta forms: N^2 d^2 / M grows like N^2 and falls like 1/M
     assert io.theta_flash(2048, 64, 1000) == pytest.approx(4 * io.theta_flash(1024, 64, 1000))
     assert io.theta_flash(1024, 64, 2000) == pytest.approx(io.theta_flash(1024, 64, 1000) / 2)
     # more SRAM, fewer accesses; a tiny SRAM is worse than standard attention
+    m = 228 * 1024 // 2
     assert io.flash_accesses(4096, 128, 2 * m) < io.flash_accesses(4096, 128, m)
     assert io.flash_accesses(1024, 128, 512) > io.standard_accesses(1024, 128)
+
+
+def test_the_advantage_levels_off_instead_of_growing():
+    """Issue 41 item 13: Theorem 2's ratio is M/(Nd) + M/d², which falls toward M/d² as N grows;
+    the exact counts level off too, at 4·B_c/(3d + 4). At the H200's 228 KiB and bf16, d = 128."""
+    d, m = 128, 228 * 1024 // 2
+    for n in (512, 4096, 65536):
+        assert io.theta_ratio(n, d, m) == pytest.approx(m / (n * d) + m / d ** 2)
+    thetas = [io.theta_ratio(n, d, m) for n in (1024, 4096, 16384, 65536)]
+    assert thetas == sorted(thetas, reverse=True) and thetas[-1] > io.theta_ratio_limit(d, m) == m / d ** 2
+    assert thetas[-1] == pytest.approx(m / d ** 2, rel=0.01)
+    exact = [io.standard_accesses(n, d) / io.flash_accesses(n, d, m) for n in (4096, 16384, 65536, 262144)]
+    limit = io.flash_ratio_limit(d, m)
+    assert all(1 < r < limit for r in exact) and exact[-1] == pytest.approx(limit, rel=0.01)
+    assert exact[-1] / exact[1] < 1.01          # a 16x longer sequence gains under 1% more
+    assert limit == pytest.approx(m / (3 * d ** 2), rel=0.02)
 
 
 def test_io_errors_and_sram():
@@ -346,18 +385,47 @@ def test_notebook_08_guards_every_triton_use():
 def test_explain_steps_both_ways():
     steps = [{"step": "pointer", "tflops": 400.0}, {"step": "host TMA", "tflops": 480.0},
              {"step": "fewer stages", "tflops": 380.0}, {"step": "warp-specialised", "error": "failed"}]
-    text = explain.explain_steps(steps, {"SDPA flash": 300.0, "cuDNN": 600.0})
+    table = {"triton (TMA)": 470.0, "sdpa flash": 300.0, "sdpa cudnn": 600.0}
+    text = explain.explain_steps(steps, table, "triton (TMA)")
     assert "**host TMA**: 480 TFLOP/s, 1.20x faster than the step before" in text
     assert "**fewer stages**: 380 TFLOP/s, 1.26x slower than the step before" in text
     assert "Not timed here: warp-specialised" in text
-    assert "The best step (host TMA) runs 1.60x faster than SDPA flash and 1.25x slower than cuDNN" in text
+    assert "**triton (TMA)** at **470 TFLOP/s**, 1.57x faster than SDPA flash and 1.28x slower than cuDNN" in text
     assert "need a Hopper" in explain.explain_steps([{"step": "x", "error": "no TMA"}], {})
+    assert "table of the same run" not in explain.explain_steps(steps)        # no table: no peers
+
+
+def test_explain_steps_and_explain_fastest_read_the_same_numbers():
+    """Issue 40: the H200 copy said cuDNN had the highest rate (578 TFLOP/s) in one cell and, from a
+    separate timing pass of the steps (597), that the Gluon kernel ran 1.03x faster than cuDNN in
+    another. Both now read the run's table, so they rank the kernels the same way."""
+    table = {"naive": 18.7, "triton (Gluon, warp-specialised)": 570.0, "sdpa flash": 290.0, "sdpa cudnn": 578.0}
+    steps = [{"step": "64-row programs", "tflops": 505.0},
+             {"step": "snake order", "kernel": "gluon", "tflops": 597.0}]
+    fastest = explain.explain_fastest(table, where="at S = 4096")
+    text = explain.explain_steps(steps, table, "triton (Gluon, warp-specialised)")
+    assert "is **sdpa cudnn** at **578 TFLOP/s**" in fastest
+    assert "1.01x slower than cuDNN" in text or "about as fast as" in text.split("table of the same run")[1]
+    assert "faster than cuDNN" not in text
+    # and the other way round: the kernel ahead in the table is ahead in both cells
+    table["triton (Gluon, warp-specialised)"] = 603.0
+    assert "**triton (Gluon, warp-specialised)** at **603 TFLOP/s**" in explain.explain_fastest(table)
+    assert "1.04x faster than cuDNN" in explain.explain_steps(steps, table, "triton (Gluon, warp-specialised)")
 
 
 def test_explain_steps_starts_a_new_kernel_from_the_old_one_at_its_best():
     steps = [{"step": "64-row programs", "tflops": 500.0}, {"step": "fewer stages", "tflops": 390.0},
              {"step": "Gluon", "kernel": "gluon", "tflops": 525.0}, {"step": "ping-pong", "kernel": "gluon", "tflops": 550.0}]
-    text = explain.explain_steps(steps, {})
+    text = explain.explain_steps(steps)
     # against the 500 of the best Triton step, not the 390 of the try listed just before it
     assert "**Gluon**: 525 TFLOP/s, 1.05x faster than the fastest step before it (64-row programs)" in text, text
     assert "**ping-pong**: 550 TFLOP/s" in text and "the step before" in text.split("**ping-pong**")[1]
+
+
+def test_explain_theta_levels_off_and_names_the_theorem_s_range():
+    m = 228 * 1024 // 2
+    text = explain.explain_theta(8192, 128, m)
+    assert "falls toward M/d² = 7.12" in text and "levels off at 2.35" in text and "outside" not in text
+    cpu = explain.explain_theta(256, 64, 524288)            # a CPU's 1 MiB L2 stand-in: M > Nd
+    assert "outside the theorem's range d ≤ M ≤ Nd" in cpu and "16,384" in cpu
+    assert "smaller than d" in explain.explain_theta(256, 64, 32)

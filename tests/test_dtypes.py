@@ -108,7 +108,7 @@ def test_rounding_matches_exact_rne_oracle(name):
         if want == "overflow":
             if f.has_inf:
                 assert r.stored == math.copysign(math.inf, x) and r.outcome == "overflow to inf"
-            else:   # e4m3fn: saturation (torch >= 2.12) or NaN (older torch)
+            else:   # e4m3fn: saturation (since pytorch#178817, torch 2.13) or NaN (torch 2.11 and before)
                 assert r.outcome in ("saturated", "NaN")
                 assert r.stored == math.copysign(f.max, x) or math.isnan(r.stored)
         else:
@@ -342,3 +342,16 @@ def test_gpu_cast_equals_cpu_cast():
                 warnings.warn(f"{name}: CUDA and CPU casts differ beyond max for "
                               f"{out[~same].tolist()}: cpu {c[~same].tolist()} "
                               f"cuda {g[~same].tolist()}")
+
+
+@pytest.mark.gpu
+def test_gpu_e4m3_overflow_mode_is_the_cpu_one():
+    """fp8_overflow reads the behaviour beyond 448 from a CPU cast (notebook 01 says which torch does
+    what). On the H200, record whether CUDA's cast does the same: the notebook's sentence is about
+    PyTorch's cast in general, so a difference must fail here and be worded there."""
+    from course_kit.dtypes import fp8_overflow
+    x = torch.tensor([448.0, 464.0, 465.0, 480.0, 1e4, -1e4, math.inf, -math.inf])
+    cpu = fp8_overflow.torch_e4m3(x)
+    gpu = x.cuda().to(torch.float8_e4m3fn).float().cpu()
+    assert torch.equal(cpu.isnan(), gpu.isnan()) and torch.equal(cpu.nan_to_num(), gpu.nan_to_num()), (
+        f"torch {torch.__version__}: CPU {cpu.tolist()} against CUDA {gpu.tolist()}")

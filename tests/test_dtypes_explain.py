@@ -90,3 +90,54 @@ def test_int4_kernel_needs_sm80_t4_emulation_included(monkeypatch):
     assert woq.int4_unavailable("cuda") == "torch's int4 kernel needs sm_80 or newer; this GPU is sm_75"
     monkeypatch.setattr(device, "current_capability", lambda: (9, 0))
     assert woq.int4_unavailable("cuda") is None
+
+
+def test_explain_e4m3_overflow_both_behaviours():
+    import math
+    from course_kit.dtypes.explain import explain_e4m3_overflow
+    sat = explain_e4m3_overflow(448.0, 448.0, "2.13.0+cpu")
+    assert "torch **2.13.0+cpu**" in sat and "gives **448**" in sat and "**saturates**" in sat
+    assert "pytorch/pytorch#178817" in sat and "return NaN" in sat and "returns NaN**" not in sat
+    nan = explain_e4m3_overflow(math.nan, math.nan, "2.11.0+cu130")
+    assert "gives **NaN**" in nan and "**returns NaN**" in nan and "**saturates**" not in nan
+    assert "pytorch/pytorch#178817" in nan
+    odd = explain_e4m3_overflow(448.0, math.nan, "x")
+    assert "differently" in odd and "**saturates**" not in odd and "**returns NaN**" not in odd
+
+
+def test_explain_throughput_names_a_contended_live_run_and_keeps_one_run_s_ratios():
+    """Issue 40: a live bf16 615 TFLOP/s on a shared H200 against the record's 794, int8 0.47x bf16 in
+    the run against 1.22x in the record: the figure is named as this run's (notebook.headline's text)
+    and the record's ratio is set beside the run's, which alone makes the comparison."""
+    from course_kit import notebook
+    live = [{"name": "bf16", "tflops": 615.0}, {"name": "int8 (_int_mm)", "variant": "int8", "tflops": 290.0},
+            {"name": "fp16", "tflops": 600.0}]
+    rec = [{"name": "bf16", "tflops": 794.0}, {"name": "int8 (_int_mm)", "variant": "int8", "tflops": 969.0},
+           {"name": "fp16", "tflops": 780.0}]
+    text = explain_throughput({}, live, "NVIDIA H200", 8192, recorded=rec)
+    h = notebook.headline("bf16 matmul", 615.0, 794.0, "TFLOP/s", 0)
+    assert h.text in text and "in this run" in h.text and "794" in h.text
+    assert "int8 (_int_mm): 2.12x slower than bf16 (0.47x bf16's rate) in this run; the record: 1.22x faster than bf16" in text
+    assert "fp16: about as fast as (within 3%) bf16 (0.98x bf16's rate)." in text
+    # the same numbers as the record: stated plainly, no record beside them
+    same = explain_throughput({}, rec, "NVIDIA H200", 8192, recorded=rec)
+    assert "in this run" not in same and "the record" not in same and "**794 TFLOP/s**" in same
+
+
+def test_explain_capacity_one_unit_and_the_datasheet_named_as_a_name():
+    from course_kit.dtypes.explain import explain_capacity
+    text = explain_capacity(["H200", "H100 80GB HBM3"])
+    assert "**139.8 GiB** (150.1 × 10⁹ bytes), more than the \"141 GB\" of its datasheet" in text
+    assert "**79.2 GiB** (85.0 × 10⁹ bytes), more than the \"80 GB\"" in text
+    assert "T4 reports **14.8 GiB** (15.9 × 10⁹ bytes), less than the \"16 GB\"" in explain_capacity(["T4"])
+    import pytest
+    with pytest.raises(ValueError, match="unknown GPU"):
+        explain_capacity(["H200 141 GB"])
+
+
+def test_notebook_01_names_the_device_of_its_live_weight_only_run():
+    """Issue 41 item 9: '01:407 printed "On this cuda, ..."'; the device is named (gpu_name or CPU)."""
+    from pathlib import Path
+    src = (Path(__file__).resolve().parents[1] / "notebooks" / "src" / "01_dtypes_and_overflow.py").read_text()
+    assert "On this {P['device']}" not in src
+    assert "device.gpu_name() if P['device'] == 'cuda' else 'CPU'" in src

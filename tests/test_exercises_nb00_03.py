@@ -16,6 +16,7 @@ from grading_fixtures import fails as _fails, judge_verdicts, solution_namespace
 import torch
 
 from course_kit import grading, nbbuild
+from course_kit.dtypes import fp8_overflow
 from course_kit.grading.checks import nb00, nb01, nb02, nb03, registry
 
 HIDDEN = Path(nbbuild.PROJECT) / "instructor" / "hidden_checks"
@@ -45,7 +46,36 @@ def test_00_solution_passes_and_near_misses_fail(sol00):
 
 @pytest.fixture(scope="module")
 def fp8():
-    return _solution("01_dtypes_and_overflow.py", "01.fp8_round", "import torch\n")["round_to_e4m3"]
+    return _solution("01_dtypes_and_overflow.py", "01.fp8_round",
+                     "import math\nimport torch\nfrom course_kit.dtypes import fp8_overflow\n")["round_to_e4m3"]
+
+
+# The two behaviours of torch's e4m3fn cast beyond 448 (dtypes/fp8_overflow.py): the exercise, its
+# check and the hidden check must be right on both, whichever torch runs the tests.
+BEHAVIOURS = {"saturating": fp8_overflow.saturating_e4m3, "non-saturating": fp8_overflow.non_saturating_e4m3}
+
+
+@pytest.fixture(params=sorted(BEHAVIOURS))
+def behaviour(request, monkeypatch):
+    """Make the course (oracle and fp8_overflow.saturates) see one behaviour of torch's cast."""
+    monkeypatch.setattr(fp8_overflow, "torch_e4m3", BEHAVIOURS[request.param])
+    return request.param
+
+
+def test_fp8_behaviours_are_what_they_say():
+    x = torch.tensor([448.0, 464.0, 464.00003, 465.0, 1e4, -1e4, math.inf, -math.inf, math.nan, 1.0625])
+    sat, non = fp8_overflow.saturating_e4m3(x), fp8_overflow.non_saturating_e4m3(x)
+    assert sat[:8].tolist() == [448.0, 448.0, 448.0, 448.0, 448.0, -448.0, 448.0, -448.0]
+    assert non[:2].tolist() == [448.0, 448.0] and bool(non[2:9].isnan().all())
+    assert sat[8].isnan() and sat[9] == non[9] == 1.0            # NaN stays NaN; ties to even below
+    # the running torch is one of the two, bit for bit
+    mine = fp8_overflow.torch_e4m3(x)
+    other = sat if fp8_overflow.saturates() else non
+    assert torch.equal(mine.isnan(), other.isnan()) and torch.equal(mine.nan_to_num(), other.nan_to_num())
+
+
+def test_fp8_overflow_mode_reads_the_cast(behaviour):
+    assert fp8_overflow.overflow_mode() == ("saturate" if behaviour == "saturating" else "nan")
 
 
 def _half_up(x):                       # rounds ties away from zero: the classic near miss
@@ -56,13 +86,13 @@ def _half_up(x):                       # rounds ties away from zero: the classic
     return torch.where(torch.isnan(x), x, torch.where(torch.signbit(x), -q, q).to(torch.float32))
 
 
-def test_01_fp8_round_solution_passes_public_and_hidden(fp8):
+def test_01_fp8_round_solution_passes_public_and_hidden(fp8, behaviour):
     grading.check("01.fp8_round", fp8)
     grading.check("01.fp8_round_hidden", fp8)
 
 
-@pytest.mark.parametrize("name", ["half_up", "one_ulp", "no_subnormals", "nan_at_top", "lost_zero_sign"])
-def test_01_fp8_round_near_misses_fail(fp8, name):
+@pytest.mark.parametrize("name", ["half_up", "one_ulp", "no_subnormals", "other_top", "lost_zero_sign"])
+def test_01_fp8_round_near_misses_fail(fp8, behaviour, name):
     def one_ulp(x):                     # one value one e4m3 step off
         y = fp8(x).clone()
         y[1] = 1.25 if y[1] == 1.125 else 1.125
@@ -72,17 +102,31 @@ def test_01_fp8_round_near_misses_fail(fp8, name):
         y = fp8(x)
         return torch.where(y.abs() < 2.0 ** -6, torch.zeros_like(y), y)
 
-    def nan_at_top(x):                  # the old torch behaviour beyond 464
-        y = fp8(x)
-        return torch.where(x.abs() > 464, torch.full_like(y, math.nan), y)
+    def other_top(x):                   # the other torch's behaviour beyond 464, hard-coded
+        other = BEHAVIOURS["non-saturating" if behaviour == "saturating" else "saturating"]
+        return torch.where(x.abs() > 464, other(x), fp8(x))
 
     def lost_zero_sign(x):
         return fp8(x).abs() * torch.sign(x).where(x != 0, torch.ones_like(x))
 
     near = {"half_up": _half_up, "one_ulp": one_ulp, "no_subnormals": no_subnormals,
-            "nan_at_top": nan_at_top, "lost_zero_sign": lost_zero_sign}[name]
+            "other_top": other_top, "lost_zero_sign": lost_zero_sign}[name]
     _fails("01.fp8_round", near, says="values")
-    _fails("01.fp8_round_hidden", near) if name in ("half_up", "no_subnormals", "nan_at_top") else None
+    _fails("01.fp8_round_hidden", near) if name in ("half_up", "no_subnormals", "other_top") else None
+
+
+def test_01_fp8_round_hard_coded_saturation_fails_on_the_old_torch(monkeypatch):
+    """The old solution (clamp to 448 whatever torch does) is exactly what issue 41 found wrong."""
+    def clamps_always(x):
+        a = x.abs().to(torch.float64).clamp(max=1e4)
+        _, e = torch.frexp(a)
+        step = torch.exp2((e - 1).clamp(min=-6).to(torch.float64) - 3)
+        q = (torch.round(a / step) * step).clamp(max=448.0)
+        return torch.where(torch.isnan(x), x, torch.where(torch.signbit(x), -q, q).to(torch.float32))
+    monkeypatch.setattr(fp8_overflow, "torch_e4m3", fp8_overflow.saturating_e4m3)
+    grading.check("01.fp8_round", clamps_always)
+    monkeypatch.setattr(fp8_overflow, "torch_e4m3", fp8_overflow.non_saturating_e4m3)
+    _fails("01.fp8_round", clamps_always, says="values")
 
 
 def test_01_fp8_round_names_the_dtype_and_refuses_torch_fp8(fp8):

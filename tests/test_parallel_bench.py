@@ -28,6 +28,11 @@ def _check_record(rec, worlds):
                 "ring_attention"} <= names
         assert s["ep_max_rel_err_fp32_n2"] < 1e-5 and s["cp_max_rel_err_fp32_causal_n2"] < 1e-5
         assert "ep_speedup_n2" in s and "cp_speedup_full_n2" in s
+        # ring attention against its fair one-rank peer: the same 2 x 2 blocks, causal ones skipped
+        ring = {r["causal"]: r for r in rec["results"] if r["name"] == "ring_attention" and r["n"] == 2}
+        assert ring[True]["baseline_chunks"] == 2 and ring[True]["bound"] == 1.5 and ring[False]["bound"] == 2.0
+        assert ring[True]["baseline_blocks"] == 3 and ring[True]["busiest_blocks"] == 2
+        assert "speedup_whole_block" in ring[True]
         assert "decode_tp2_tokens_identical" in s and "mlp_tp2_meets_target" in s
         assert rec["timelines"]
     return s

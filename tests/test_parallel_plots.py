@@ -28,7 +28,7 @@ def test_figures_from_a_record():
     mlp = pplots.scaling_figure({"a": rec}, what="mlp")
     assert list(mlp.data[0].y) == [1.0, 2.0]
     table = pplots.tokens_table({"a": rec})
-    assert list(table.data[0].cells.values[1]) == [1, 2]
+    assert table.column(1) == [1, 2] and "<table" in table._repr_html_()
     assert len(pplots.bubble_figure(rec["results"], 2).data) == 3
 
 
@@ -58,7 +58,7 @@ def test_new_figures_format_their_numbers():
     from course_kit.parallel import schedules
     t = pplots.speed_table([{"machine": "m", "what": "MLP", "GPUs / ranks": 2, "time (ms)": 1234.5678,
                              "speed-up": 1.987}], title="x")
-    assert list(t.data[0].cells.values[3]) == ["1,234.568"] and list(t.data[0].cells.values[4]) == ["1.99x"]
+    assert t.column(3) == ["1,234.568"] and t.column(4) == ["1.99x"]
     g = pplots.gib_bars_figure({"a": {"weights": 2**31}}, title="x", capacity_bytes=2**32)
     assert list(g.data[0].y) == [2.0] and "4.0 GiB" in g.layout.annotations[0].text
     s = schedules.schedule_summary("interleaved", 2, 4, 2)
@@ -66,7 +66,10 @@ def test_new_figures_format_their_numbers():
     assert len(f.data) == 2 and f"formula {s['theory']:.1%}" in f.layout.title.text
     ft = pplots.fit_table([{"model": "a", "tp": 2, "algo": "ring", "measured_s": 1e-3, "model_s": 1.1e-3,
                             "error": 0.1}], title="x")
-    assert list(ft.data[0].cells.values[5]) == ["+10.0%"]
+    assert ft.column(5) == ["+10.0%"] and ft.column(6) == ["in sample"]
+    held = pplots.fit_table([], [{"model": "a", "tp": 2, "algo": "ring", "measured_s": 1e-3, "model_s": 0.9e-3,
+                                  "error": -0.1, "fitted_on": "b"}], title="x")
+    assert held.column(6) == ["held out (bases from b)"]
 
 
 def test_capstone_waterfall_marks_switched_off_steps():
@@ -76,3 +79,21 @@ def test_capstone_waterfall_marks_switched_off_steps():
                            "engine: + async loop": 300.0})
     fig = waterfall_figure(ladder.waterfall(steps, ["async loop"]), title="x")
     assert list(fig.data[0].text) == ["100", "off", "2.00x", "200 tok/s"] and "composed" in fig.layout.title.text
+
+
+def test_readable_axes_and_lanes():
+    """Issue 41/42: no stray minor label on the bubble's log axis, a timeline lane is tall enough to
+    read and its legend sits above the plot (not clipped at the side)."""
+    ev = pipeline.simulate("1f1b", 2, 16)
+    fig = pplots.timeline_figure(ev, unit="steps")
+    assert fig.layout.height == pplots.LANE_TOP + 2 * pplots.LANE_PX and pplots.LANE_PX >= 60
+    assert fig.layout.legend.orientation == "h" and fig.layout.legend.y > 1
+    rows = [{"p": 2, "m": m, "bubble": 0.3, "schedule": "gpipe"} for m in (1, 2, 4, 8, 16)]
+    b = pplots.bubble_figure(rows, 2)
+    assert list(b.layout.xaxis.tickvals) == [1, 2, 4, 8, 16] and list(b.layout.xaxis.ticktext) == ["1", "2", "4", "8", "16"]
+
+
+def test_tp_tradeoff_figures_fit_a_column_side_by_side():
+    from course_kit.widgets.parallel import FIGURE_PX, TPTradeoff
+    w = TPTradeoff(model="70b", seq=8192)
+    assert all(f.layout.width == FIGURE_PX for f in w.figures.values()) and 2 * FIGURE_PX + 40 <= 1100

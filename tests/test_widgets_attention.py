@@ -91,3 +91,16 @@ def test_readable_figures():
     assert roofs and all(name.startswith("bf16") for name in roofs), roofs
     assert all(t.name.startswith(("bf16", "datasheet")) for t in fig.data if t.legendgroup == "spec")
     assert {t.name for t in fig.data if t.mode == "markers"} >= {"naive", "triton", "sdpa flash"}
+
+
+def test_log_axes_are_labelled_at_the_plotted_lengths():
+    """Issue 42: a dtick of log10(2) labelled a tick '8,192.001'; the ticks are now the S values."""
+    from course_kit.plots import attention as aplots
+    rows = [{"variant": v, "seq_len": s, "head_dim": 128, "causal": True, "median_s": 1e-3 * s / 512,
+             "peak_bytes": s * 1e3, "tflops": 100.0} for v in ("naive", "triton") for s in (512, 1024, 4096, 8192)]
+    fig = aplots.time_memory_figure(rows)
+    assert list(fig.layout.xaxis.tickvals) == [512, 1024, 4096, 8192]
+    assert list(fig.layout.xaxis.ticktext) == ["512", "1,024", "4,096", "8,192"]
+    sweep = aplots.sweep_figure([{"seq_len": s, "head_dim": 128, "causal": True, "per_call": 1.1, "graph": 1.3}
+                                 for s in (512, 8192, 16384)])
+    assert list(sweep.layout.xaxis.ticktext) == ["512", "8,192", "16,384"] and sweep.layout.xaxis.dtick is None

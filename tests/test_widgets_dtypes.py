@@ -73,7 +73,7 @@ def test_op_explorer():
 def test_memory_estimator_callbacks():
     w = MemoryEstimator(model="7b", mode="inference", dtype="bf16", seq=0, batch=0)
     assert "TP=1: <b>12.6 GiB</b>" in w.text.value          # 6.74e9 params * 2 bytes / 2**30
-    assert "GiB (2^30 bytes)" in w.text.value
+    assert ", in GiB" in w.text.value and w.flash.disabled           # inference: no activations
     ys0 = [t.y for t in w.figure.data]
     w.dtype.value = "int4"
     assert "TP=1: <b>3.1 GiB</b>" in w.text.value
@@ -86,7 +86,7 @@ def test_memory_estimator_callbacks():
     names = {t.name for t in w.figure.data}
     assert {"weights", "gradients", "master weights", "optimizer moments"} <= names
     w.mode.value = "inference"
-    w.gpu.value = "H200 141 GB"
+    w.gpu.value = "H200"
     assert "TP=1" in w.text.value and "fits (" in w.text.value      # 70B bf16 weights, 128.5 GiB
 
 
@@ -106,3 +106,30 @@ def test_memory_estimate_bad_input():
         MemoryEstimator(model="13b")
     assert sum(estimate("7b", "inference", "fp32")["TP=2"].values()) / GB == \
         pytest.approx(6.738415616 * 4 / 2)
+
+
+def test_memory_estimator_uses_flash_attention_by_default_and_names_the_source():
+    """Issue 42: a 1B model at 48k tokens showed ~18 TB of activations, every layer's 48k x 48k
+    softmax output. With flash attention (default, and what training at that length uses) those are
+    not stored; the checkbox brings them back, and the text says which formula is used."""
+    w = MemoryEstimator(model="1b", mode="training, mixed-precision Adam", seq=49152, batch=8)
+    assert not w.flash.disabled and w.flash.value
+    act = w.configs["TP=1"]["activations"]
+    assert 200 * 2**30 < act < 1000 * 2**30                       # hundreds of GiB, not 18 TiB
+    assert "Korthikanti" in w.text.value and "with flash attention" in w.text.value
+    w.flash.value = False
+    assert w.configs["TP=1"]["activations"] > 10 * 2**40        # the s x s softmax outputs: > 10 TiB
+    assert "without flash attention" in w.text.value
+    assert estimate("1b", "training, mixed-precision Adam", seq=49152, batch=8)["TP=1"]["activations"] == act
+
+
+def test_op_explorer_says_why_n_is_off():
+    e = OpExplorer(op="exp", x=12.0)
+    assert e.n.disabled and "n is off: exp(x) takes x alone" in e.n_note.value
+    e.op.value = "sum"
+    assert not e.n.disabled and e.n_note.value == ""
+    before = e.results[0].value
+    e.n.value = 300                                  # n now changes what sum computes (fp32: 300)
+    assert e.results[0].value != before and e.results[0].reference == 300.0
+    e.op.value = "square"
+    assert e.n.disabled and "x²" in e.n_note.value

@@ -114,3 +114,13 @@ def test_ep_cp_speed_sentences_both_ways_and_missing():
     assert "1.60x faster than** one rank" in explain.explain_ep_cp_speed(rec, "x", "ep_moe")
     assert "2.00x slower than** one rank" in explain.explain_ep_cp_speed(rec, "x", "ring_attention")
     assert "no ring attention timings" in explain.explain_ep_cp_speed({"results": []}, "x", "ring_attention")
+
+
+def test_pipeline_widget_says_why_v_is_off():
+    w = PipelineSchedules(p=4, m=8, kind="gpipe")
+    assert w.v.disabled and "v applies to interleaved 1F1B only" in w.v_note.value
+    w.kind.value = "interleaved"
+    assert not w.v.disabled and w.v_note.value == ""
+    bubble = w.summary["bubble"]
+    w.v.value = 4                                      # v now changes the schedule
+    assert w.summary["bubble"] < bubble

@@ -79,6 +79,23 @@ def explain_io_counts(n: int, d: int, standard: float, flash: float, sram_bytes:
     return text
 
 
+def explain_theta(n: int, d: int, sram_elements: int) -> str:
+    """Theorem 2's scales at this shape, their ratio M/(Nd) + M/d² and where it levels off; says when
+    M lies outside the theorem's range d <= M <= Nd (then Q, K and V fit on chip whole)."""
+    from .io_complexity import flash_ratio_limit, theta_flash, theta_ratio, theta_ratio_limit, theta_standard
+    m = sram_elements
+    text = (f"The Theorem's scales: Nd + N² = {theta_standard(n, d):,.0f} and N²d²/M = {theta_flash(n, d, m):,.0f}; "
+            f"their ratio M/(Nd) + M/d² = {theta_ratio(n, d, m):.2f} falls toward M/d² = "
+            f"{theta_ratio_limit(d, m):.2f} as N grows, and the exact counts' ratio (no mask) levels off at "
+            f"{flash_ratio_limit(d, m):.2f}.")
+    if m > n * d:
+        text += (f" Here M is larger than Nd = {n * d:,}, outside the theorem's range d ≤ M ≤ Nd: Q, K and V "
+                 f"fit on chip whole, so these scales describe longer sequences than this one.")
+    elif m < d:
+        text += f" Here M is smaller than d = {d}, outside the theorem's range d ≤ M ≤ Nd."
+    return text
+
+
 def io_shares(bytes_moved: float, seconds: float, flops: float, bandwidth_gbs: float,
               peak_tflops: float | None) -> tuple[float, float | None]:
     """(share of the measured time that moving `bytes_moved` at the bandwidth takes, same for the FLOPs at peak)."""
@@ -236,9 +253,14 @@ def explain_xformers(ok: bool, why: str, times: Mapping[str, float] | None = Non
     return f"xFormers ({why}) took **{x * 1e3:.3g} ms**: " + (others or "no peer was timed beside it") + "."
 
 
-def explain_steps(steps: Sequence[Mapping], peers: Mapping[str, float | None]) -> str:
-    """The forward's steps (bench attention's STEPS), each against the step before, the last
-    against the peers of the same run (name -> TFLOP/s at the acceptance shape)."""
+def explain_steps(steps: Sequence[Mapping], table: Mapping[str, float | None] | None = None,
+                  kernel: str | None = None) -> str:
+    """The forward's steps (bench attention's STEPS), each against the step before.
+
+    The steps are timed in a pass of their own, so they are compared only with each other. Against
+    the peers, the sentence reads the run's table (`table`: variant -> TFLOP/s at the acceptance
+    shape, the numbers explain_fastest words), for the course's fastest kernel there (`kernel`):
+    one source of numbers per run, so two cells never rank the same kernels differently."""
     timed = [s for s in steps if s.get("tflops")]
     if not timed:
         return "No step of the forward was timed (they need a Hopper GPU with TMA)."
@@ -256,8 +278,11 @@ def explain_steps(steps: Sequence[Mapping], peers: Mapping[str, float | None]) -
     failed = [s["step"] for s in steps if not s.get("tflops")]
     if failed:
         text += f" Not timed here: {', '.join(failed)}."
-    best = max(timed, key=lambda s: s["tflops"])
-    against = [f"{narrate.rate(best['tflops'], v)} {name}" for name, v in peers.items() if v]
-    if against:
-        text += f" The best step ({best['step']}) runs " + " and ".join(against) + "."
+    mine = (table or {}).get(kernel) if kernel else None
+    if mine:
+        peers = {"SDPA flash": table.get("sdpa flash"), "cuDNN": table.get("sdpa cudnn")}
+        against = [f"{narrate.rate(mine, v)} {name}" for name, v in peers.items() if v]
+        if against:
+            text += (f" These steps were timed in a pass of their own; against the peers, the table of the same "
+                     f"run says: **{kernel}** at **{mine:.0f} TFLOP/s**, " + " and ".join(against) + ".")
     return text

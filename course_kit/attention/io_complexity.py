@@ -1,19 +1,31 @@
 """How many HBM accesses attention needs: standard against flash (Dao et al. 2022, Theorem 2).
 
-For one head with sequence length N, head dim d and an on-chip SRAM of M elements, FlashAttention
-(NeurIPS 2022, Theorem 2) shows:
+For one head with sequence length N, head dim d and an on-chip SRAM of M elements (d <= M <= Nd),
+FlashAttention (Dao, Fu, Ermon, Rudra, Ré, NeurIPS 2022) states:
 
-    standard attention   Θ(N·d + N²)      HBM accesses (it writes and reads the N x N matrices S and P)
-    FlashAttention       Θ(N²·d² / M)     HBM accesses (K and V stream once per SRAM-sized block of Q)
+- Theorem 2: standard attention (Algorithm 0) needs Θ(N·d + N²) HBM accesses (it writes and reads
+  the N x N matrices S and P); FlashAttention (Algorithm 1) needs Θ(N²·d²/M).
+  In Algorithm 1 the *outer* loop loads each block K_j, V_j once (2Nd in all); the inner loop then
+  reads Q_i, O_i, ℓ_i, m_i and writes O_i, ℓ_i, m_i back for every query block. So Q and O are
+  re-read and re-written T_c = ⌈N/B_c⌉ times, with B_c = ⌈M/4d⌉: T_c ≈ 4Nd/M passes of Θ(Nd)
+  each, Θ(N²d²/M) in all (the proof of Theorem 2 counts exactly these passes).
+- Proposition 3: no exact attention algorithm makes o(N²d²/M) HBM accesses for all M in [d, Nd]:
+  the lower bound, which Algorithm 1 meets up to a constant.
 
-and since d² is far smaller than M for usual shapes (128² = 16,384 against ~10⁵ elements of shared
-memory per SM), flash attention reads and writes many times fewer bytes. The functions below count
-the accesses exactly, element by element, for the algorithms as written:
+The ratio of the two Θ forms is (Nd + N²) / (N²d²/M) = M/(Nd) + M/d²: it *falls* as N grows and
+levels off at M/d² (`theta_ratio`, `theta_ratio_limit`). Since d² is smaller than M for usual shapes
+(128² = 16,384 against ~10⁵ elements of shared memory per SM), flash attention moves fewer bytes,
+by a factor that tends to a constant rather than growing with N. The exact counts below level off
+too, at 4·B_c/(3d + 4) ≈ M/(3d²) without a mask (`flash_ratio_limit`): standard attention's 4N²
+against Algorithm 1's T_c·(3Nd + 4N). Notebook 08's exercise 08.causal_traffic finds the same for the course's
+kernel. The functions count the accesses exactly, element by element, for the algorithms as
+written:
 
 - `standard_accesses`: the paper's Algorithm 0 (S = QKᵀ written, read for the softmax, P written,
   read for PV); causal adds naive.py's masking pass (S read and written once more);
-- `flash_accesses`: the paper's Algorithm 1 (outer loop over K/V blocks, O, ℓ, m re-read and
-  re-written for every one), with its block sizes B_c = ⌈M/4d⌉, B_r = min(⌈M/4d⌉, d);
+- `flash_accesses`: the paper's Algorithm 1 (outer loop over K/V blocks, each loaded once; O, ℓ, m
+  re-read and re-written for every one), with its block sizes B_c = ⌈M/4d⌉, B_r = min(⌈M/4d⌉, d);
+  `flash_access_parts` splits the count into those loads;
 - `kernel_accesses`: the course's Triton kernel (FlashAttention-2's loop order, notebook 08):
   Q read once, K and V read once per query block for the tiles it computes (tiles.py), O and the
   log-sum-exp written once.
@@ -60,6 +72,20 @@ def flash_block_sizes(d: int, sram_elements: int) -> tuple[int, int]:
     return min(b_c, d), b_c
 
 
+def flash_access_parts(n: int, d: int, sram_elements: int) -> dict[str, int]:
+    """Algorithm 1's HBM element accesses for one head, by line of the paper.
+
+    "init" (line 2): O, ℓ, m written (Nd + 2N). "K, V" (line 6, outer loop): each key block K_j,
+    V_j loaded once, 2Nd in all, whatever M is. "Q, O, ℓ, m" (lines 8 and 12-13, inner loop): for
+    each of the T_c = ⌈N/B_c⌉ key blocks, every query block reads Q_i, O_i, ℓ_i, m_i (2Nd + 2N over
+    all i) and writes O_i, ℓ_i, m_i (Nd + 2N): T_c·(3Nd + 4N), with T_c ≈ 4Nd/M.
+    """
+    _check(n=n, d=d, sram_elements=sram_elements)
+    _, b_c = flash_block_sizes(d, sram_elements)
+    t_c = math.ceil(n / b_c)
+    return {"init": n * d + 2 * n, "K, V": 2 * n * d, "Q, O, ℓ, m": t_c * (3 * n * d + 4 * n), "T_c": t_c}
+
+
 def flash_accesses(n: int, d: int, sram_elements: int) -> int:
     """HBM element accesses of FlashAttention's Algorithm 1 for one head, counted line by line.
 
@@ -68,10 +94,8 @@ def flash_accesses(n: int, d: int, sram_elements: int) -> int:
     m_i (Nd + Nd + 2N over all i) and writes O_i, ℓ_i, m_i (Nd + 2N). Total
     Nd + 2N + 2Nd + T_c·(3Nd + 4N) = Θ(N²d²/M), since T_c ≈ 4Nd/M.
     """
-    _check(n=n, d=d, sram_elements=sram_elements)
-    _, b_c = flash_block_sizes(d, sram_elements)
-    t_c = math.ceil(n / b_c)
-    return (n * d + 2 * n) + 2 * n * d + t_c * (3 * n * d + 4 * n)
+    parts = flash_access_parts(n, d, sram_elements)
+    return parts["init"] + parts["K, V"] + parts["Q, O, ℓ, m"]
 
 
 def kernel_accesses(n: int, d: int, block_m: int, block_n: int, causal: bool = True) -> int:
@@ -91,8 +115,27 @@ def theta_standard(n: int, d: int) -> float:
 
 
 def theta_flash(n: int, d: int, sram_elements: int) -> float:
-    """The scale N²d²/M of Theorem 2 for FlashAttention (constants dropped)."""
+    """The scale N²d²/M of Theorem 2 for FlashAttention (constants dropped); by Proposition 3 no
+    exact algorithm does asymptotically better for all M in [d, Nd]."""
     return n * n * d * d / sram_elements
+
+
+def theta_ratio(n: int, d: int, sram_elements: int) -> float:
+    """Theorem 2's standard over flash scale, (Nd + N²)·M / (N²d²) = M/(Nd) + M/d²: falls with N."""
+    return theta_standard(n, d) / theta_flash(n, d, sram_elements)
+
+
+def theta_ratio_limit(d: int, sram_elements: int) -> float:
+    """Where theta_ratio levels off as N grows: M/d²."""
+    _check(d=d, sram_elements=sram_elements)
+    return sram_elements / (d * d)
+
+
+def flash_ratio_limit(d: int, sram_elements: int) -> float:
+    """Where standard_accesses / flash_accesses (no mask) levels off as N grows: 4N² against
+    T_c·(3Nd + 4N) with T_c -> N/B_c, so 4·B_c/(3d + 4), about M/(3d²)."""
+    _, b_c = flash_block_sizes(d, sram_elements)
+    return 4 * b_c / (3 * d + 4)
 
 
 def hbm_bytes(accesses: int, batch_heads: int, element_bytes: int) -> float:

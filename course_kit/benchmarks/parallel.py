@@ -26,7 +26,7 @@ import torch
 
 from .. import bench
 from .. import device as _device
-from ..parallel import comm, launcher, measure, measure_ep_cp, pipeline
+from ..parallel import comm, context, launcher, measure, measure_ep_cp, pipeline
 from ..device import has_cuda
 
 MB = 1 << 20
@@ -171,10 +171,22 @@ def summarise(per_world: dict[int, dict[str, Any]]) -> tuple[list[dict], dict[st
         for cp in out.get("cp") or []:
             cp = dict(cp)
             kind = "causal" if cp["causal"] else "full"
-            one = next((c for c in (base or {}).get("cp") or [] if c["causal"] == cp["causal"]), None)
-            if one is not None:
-                cp["speedup"] = one["median_s"] / cp["median_s"]
+            ones = [c for c in (base or {}).get("cp") or [] if c["causal"] == cp["causal"]]
+            whole = next((c for c in ones if c.get("chunks", 1) == 1), None)
+            # the fair peer: one rank, the same blocks (context.blockwise_attention with n chunks)
+            fair = next((c for c in ones if c.get("baseline") == "blockwise" and c["chunks"] == n), None)
+            if n > 1 and cp.get("baseline") is None and whole is not None:
+                cp["whole_block_s"] = whole["median_s"]
+                cp["speedup_whole_block"] = whole["median_s"] / cp["median_s"]
+                cp["bound_whole_block"] = context.speedup_bound(n, cp["causal"], 1)
+            if n > 1 and cp.get("baseline") is None and fair is not None:
+                cp["baseline_s"], cp["baseline_blocks"] = fair["median_s"], fair["blocks"]
+                cp["speedup"] = fair["median_s"] / cp["median_s"]
+                cp["baseline_chunks"] = n
+                cp["bound"] = context.speedup_bound(n, cp["causal"], n)
                 summary[f"cp_speedup_{kind}_n{n}"] = cp["speedup"]
+            elif n == 1 and cp.get("baseline") is None:
+                cp["speedup"] = 1.0
             summary[f"cp_max_rel_err_fp32_{kind}_n{n}"] = cp["max_rel_err_fp32"]
             rows.append({"name": "ring_attention", **cp})
         for pp in out["pipeline"]:
@@ -206,6 +218,8 @@ def run(params: dict) -> dict:
     n_dev = torch.cuda.device_count() if cuda else int(params.get("cpu_world", p["cpu_world"]))
     worlds = [int(w) for w in params.get("worlds", world_sizes(n_dev))]
     backend = "nccl" if cuda else "gloo"
+    # one rank also times the blockwise peer of every group size it is compared with (cp_on_rank)
+    p["cp"] = {**p["cp"], "baseline_chunks": [w for w in worlds if w > 1]}
     per_world: dict[int, dict[str, Any]] = {}
     for n in bench.progress(worlds, desc="world sizes"):
         if cuda:  # a fresh group per size: its GPUs' memory is released when it ends

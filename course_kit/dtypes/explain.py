@@ -3,10 +3,14 @@
 - `explain_range_precision`: which of two formats has the range and which the precision, from their
   max and eps (issue 19 item 11: bf16, not fp16, pays for its range with precision).
 - `explain_throughput`: each measured matmul rate against bf16's, beside the datasheet's ratio and
-  each one's fraction of its own peak (issue 19 item 12: int8 measured 1.24x bf16, not 2x).
+  each one's fraction of its own peak (issue 19 item 12: int8 measured 1.24x bf16, not 2x); a live
+  run's bf16 rate is named as this run's when it is >15% off the record of the same GPU (issue 40).
+- `explain_e4m3_overflow`: what this torch does beyond e4m3fn's 448, and which PyTorch change decides it.
+- `explain_capacity`: a GPU's memory as torch reports it, in GiB, beside its datasheet's "GB".
 """
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
 from .. import narrate
@@ -39,15 +43,25 @@ def explain_range_precision(a: str, b: str) -> str:
     return f"{range_part}; {prec}."
 
 
-def explain_throughput(summary: Mapping, results: list[Mapping], gpu: str, n: int | None = None) -> str:
+def explain_throughput(summary: Mapping, results: list[Mapping], gpu: str, n: int | None = None,
+                       recorded: list[Mapping] | None = None) -> str:
     """Each format's matmul rate against bf16's as measured, next to the ratio of their datasheet peaks
     and the fraction of its own peak each reached. Says where a format fell short of its datasheet
-    ratio; names no cause beyond the fractions of peak, which the record holds."""
+    ratio; names no cause beyond the fractions of peak, which the record holds.
+
+    Every ratio comes from one run (`results`). `recorded`: the record of the same GPU when `results`
+    is a live run; bf16's rate is then stated as narrate.live_vs_record does (named as this run's when
+    more than 15% off the record, the notebook.headline text), and a format whose ratio to bf16 the
+    record words differently (faster against slower, or more than 15% apart) gets the record's ratio
+    beside it."""
     by = {r.get("variant", r["name"]): r for r in results if r.get("tflops")}
+    rec = {r.get("variant", r["name"]): r for r in recorded or [] if r.get("tflops")}
     if "bf16" not in by:
         return f"On the {gpu}: no bf16 matmul was measured, so nothing is compared with it."
     b = by["bf16"]
-    lines = [f"On the {gpu}{f' at n = {n:,}' if n else ''}: bf16 ran **{b['tflops']:,.0f} TFLOP/s**"
+    rb = rec.get("bf16")
+    rate = narrate.live_vs_record(b["tflops"], rb["tflops"] if rb else None, "TFLOP/s", 0)
+    lines = [f"On the {gpu}{f' at n = {n:,}' if n else ''}: bf16 ran **{rate}**"
              + (f" ({b['fraction_of_peak']:.0%} of its datasheet peak)." if b.get("fraction_of_peak") else ".")]
     for key in ("fp32", "tf32", "fp16", "fp8", "fp8_fast", "int8"):
         r = by.get(key)
@@ -56,6 +70,10 @@ def explain_throughput(summary: Mapping, results: list[Mapping], gpu: str, n: in
         measured = r["tflops"] / b["tflops"]
         label = r["name"]
         text = f"- {label}: {narrate.ratio_words(measured)} bf16 ({measured:.2f}x bf16's rate)"
+        if rb and key in rec:
+            then = rec[key]["tflops"] / rb["tflops"]
+            if (measured > 1) != (then > 1) or not narrate.agrees_with_record(measured, then):
+                text += f" in this run; the record: {narrate.ratio_words(then)} bf16 ({then:.2f}x)"
         if r.get("peak_tflops") and b.get("peak_tflops"):
             spec = r["peak_tflops"] / b["peak_tflops"]
             text += f"; its datasheet peak (dense) is {spec:.2f}x bf16's"
@@ -104,3 +122,42 @@ def explain_weight_only(rows: list[Mapping], where: str) -> str:
                      f"Result within {r['rel_error_vs_dequantised']:.1e} of the fp32 matmul of its dequantised "
                      f"weights, which differ from the originals by {r['quantisation_error']:.1%}.")
     return "\n".join(lines)
+
+
+def explain_e4m3_overflow(beyond: float, at_inf: float, torch_version: str) -> str:
+    """What this torch stored for 10000 (`beyond`) and inf (`at_inf`) cast to e4m3fn, named as
+    saturating or not, with the PyTorch change that decides it (fp8_overflow's docstring)."""
+    from .fp8_overflow import CHANGE
+    pr, when = CHANGE
+    def word(v: float) -> str:
+        return "NaN" if math.isnan(v) else f"{v:g}"
+    head = (f"On this machine (torch **{torch_version}**), casting 10000 to e4m3fn gives **{word(beyond)}** "
+            f"and casting inf gives **{word(at_inf)}**: ")
+    if beyond == 448.0 and at_inf == 448.0:
+        return (head + f"this PyTorch **saturates** beyond the range, as PyTorch's cast has since {pr} "
+                f"({when}). Releases before that change return NaN there (torch 2.11 does), so code that "
+                f"relies on either behaviour breaks on the other.")
+    if math.isnan(beyond) and math.isnan(at_inf):
+        return (head + f"this PyTorch **returns NaN** beyond the range, as PyTorch's cast did until {pr} "
+                f"({when}) made it saturate to ±448 (torch 2.13 does), so code that relies on either "
+                f"behaviour breaks on the other.")
+    return (head + "this PyTorch treats a finite overflow and an infinity differently, which neither of the "
+            f"behaviours described in {pr} does: check what your build does before relying on it.")
+
+
+def explain_capacity(gpus: list[str]) -> str:
+    """What torch reports for each GPU, in GiB and in 10^9 bytes, against its datasheet's "GB"
+    (memory.GPU_MEMORY_GIB, memory.DATASHEET_GB): the datasheet figure is a rounded name."""
+    from .memory import DATASHEET_GB, GPU_MEMORY_GIB, GiB
+    parts = []
+    for g in gpus:
+        if g not in GPU_MEMORY_GIB:
+            raise ValueError(f"unknown GPU {g!r}; choose from {list(GPU_MEMORY_GIB)}")
+        gib, sheet = GPU_MEMORY_GIB[g], DATASHEET_GB.get(g)
+        decimal = gib * GiB / 1e9
+        text = f"the {g} reports **{gib:.1f} GiB** ({decimal:.1f} × 10⁹ bytes)"
+        if sheet is not None:
+            rel = "more than" if decimal > sheet else ("less than" if decimal < sheet else "exactly")
+            text += f", {rel} the \"{sheet:g} GB\" of its datasheet"
+        parts.append(text)
+    return "; ".join(parts) + "."

@@ -4,9 +4,11 @@ Pure functions on plain numbers, so notebooks 01 and 09 (and instructors) can us
 Sources:
 - bytes per parameter of Adam in mixed precision (2 + 2 + 12 = 16): Rajbhandari et al., "ZeRO:
   Memory Optimizations Toward Training Trillion Parameter Models" (2020), section 3.1;
-- activations per transformer layer, s*b*h*(34 + 5*a*s/h) bytes with 16-bit activations, and
-  their split under tensor parallelism: Korthikanti et al., "Reducing Activation Recomputation
-  in Large Transformer Models" (2022), section 4;
+- activations per transformer layer, s*b*h*(34 + 5*a*s/h) bytes for a GPT layer with 16-bit
+  activations, and their split under tensor parallelism: Korthikanti et al., "Reducing Activation
+  Recomputation in Large Transformer Models" (2022), section 4; for a Llama layer, the same rules
+  applied to RMSNorm, GQA and SwiGLU (parallel/sequence.py), with flash attention by default, which
+  stores no s x s scores (Dao et al. 2022);
 - KV cache: 2 (K and V) * layers * KV heads * head dim * sequence * batch * bytes per element.
 """
 from __future__ import annotations
@@ -16,16 +18,20 @@ from dataclasses import dataclass, field
 
 __all__ = ["BYTES_PER_PARAM", "OPTIMIZERS", "ModelShape", "PRESETS", "bytes_per_param",
            "weights_bytes", "training_bytes", "activation_bytes", "kv_cache_bytes",
-           "per_gpu_bytes", "GB", "GiB", "GPU_MEMORY_GIB"]
+           "per_gpu_bytes", "GB", "GiB", "GPU_MEMORY_GIB", "DATASHEET_GB"]
 
 GB = 1e9
 GiB = 2 ** 30    # the unit of the course's text (course_kit.narrate.gib)
 
-# Usable memory of one GPU, in GiB, as torch reports it (`torch.cuda.get_device_properties(0).total_memory`):
-# less than the product name's "GB". The H200's is this course's own measurement (its reference runs
-# print 139.8 GiB); the others are the totals those GPUs typically report (driver-dependent by ~0.5%).
-GPU_MEMORY_GIB: dict[str, float] = {"H200 141 GB": 139.8, "H100 80 GB": 79.2, "A100 40 GB": 39.6,
-                                    "T4 16 GB": 14.8}
+# Memory of one GPU, in GiB, as torch reports it (`torch.cuda.get_device_properties(0).total_memory`),
+# keyed by the name torch gives the GPU (without "NVIDIA"/"Tesla"). The H200's is this course's own
+# measurement (its reference runs print 139.8 GiB); the others are the totals those GPUs typically
+# report (driver-dependent by ~0.5%). The "GB" figure of a datasheet is a rounded product name, not a
+# byte count: the H200's 139.8 GiB are 150.1e9 bytes, more than its datasheet's "141 GB"
+# (DATASHEET_GB, quoted only so that the notebook can say so; nothing computes with it).
+GPU_MEMORY_GIB: dict[str, float] = {"H200": 139.8, "H100 80GB HBM3": 79.2, "A100-SXM4-40GB": 39.6,
+                                    "T4": 14.8}
+DATASHEET_GB: dict[str, float] = {"H200": 141, "H100 80GB HBM3": 80, "A100-SXM4-40GB": 40, "T4": 16}
 
 BYTES_PER_PARAM: dict[str, float] = {
     "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp8_e4m3fn": 1, "fp8_e5m2": 1,
@@ -122,22 +128,31 @@ PRESETS: dict[str, ModelShape] = {
 
 def activation_bytes(layers: int, hidden: int, heads: int, seq: int, batch: int, *,
                      checkpointing: bool = False, tp: int = 1,
-                     sequence_parallel: bool = False, flash: bool = False) -> float:
-    """Activations kept for the backward pass, 16-bit, Korthikanti et al. (2022).
+                     sequence_parallel: bool = False, flash: bool = False,
+                     kv_heads: int | None = None, ffn: int | None = None) -> float:
+    """Activations kept for the backward pass, 16-bit.
 
-    Per layer: s*b*h*(34 + 5*a*s/h) bytes; 5*a*s/h is the attention scores, softmax and its
-    dropout mask, which flash attention does not store (flash=True drops it). Under tensor
-    parallelism of degree t: s*b*h*(10 + 24/t + 5*a*s/(h*t)); with sequence parallelism all of it
-    is divided by t. Full checkpointing keeps only each layer's input: 2*s*b*h bytes per layer
-    (divided by t under sequence parallelism), plus one layer's activations while recomputing.
+    Without kv_heads/ffn, a GPT layer (Korthikanti et al. 2022, section 4): per layer
+    s*b*h*(34 + 5*a*s/h) bytes; 5*a*s/h is the attention scores, softmax and its dropout mask,
+    which flash attention does not store (flash=True drops it). Under tensor parallelism of degree
+    t: s*b*h*(10 + 24/t + 5*a*s/(h*t)); with sequence parallelism all of it is divided by t.
+    With kv_heads and ffn, a Llama layer (RMSNorm, GQA, SwiGLU of width ffn, no dropout), derived
+    with the paper's rules in parallel/sequence.py: about 12h + 4(kv/a)h + 8f bytes a token, plus
+    2*a*s without flash attention (the softmax output). Full checkpointing keeps only each layer's
+    input: 2*s*b*h bytes per layer (divided by t under sequence parallelism), plus one layer's
+    activations while recomputing.
     """
     L, h, a = _count("layers", layers), _count("hidden", hidden), _count("heads", heads)
     s, b, t = _count("seq", seq), _count("batch", batch), _count("tp", tp)
-    attn = 0.0 if flash else 5 * a * s / h
-    if sequence_parallel:
-        per_layer = s * b * h * (34 + attn) / t
+    if kv_heads is not None or ffn is not None:
+        from ..parallel.sequence import layer_activation_bytes   # the derivation lives with SP
+        per_layer = layer_activation_bytes(s, b, h, a, t, sequence_parallel, flash, kv_heads, ffn)
     else:
-        per_layer = s * b * h * (10 + 24 / t + attn / t)
+        attn = 0.0 if flash else 5 * a * s / h
+        if sequence_parallel:
+            per_layer = s * b * h * (34 + attn) / t
+        else:
+            per_layer = s * b * h * (10 + 24 / t + attn / t)
     if not checkpointing:
         return L * per_layer
     kept = 2 * s * b * h / (t if sequence_parallel else 1)
@@ -155,13 +170,15 @@ def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, seq: int, batch: i
 def per_gpu_bytes(shape: "ModelShape | str", tp: int = 1, *, weights_dtype: str = "bf16",
                   training: bool = False, optimizer: str = "adam", mixed: bool = True,
                   seq: int = 0, batch: int = 0, kv_dtype: str = "bf16",
-                  checkpointing: bool = False) -> dict[str, float]:
+                  checkpointing: bool = False, flash: bool = True) -> dict[str, float]:
     """Bytes each GPU holds under tensor parallelism of degree tp (Megatron-style sharding).
 
     Weights, gradients and optimizer state are split evenly over tp GPUs. The KV cache is split
     by KV heads; when tp exceeds the number of KV heads each GPU keeps one head (replication).
     Inference (training=False) counts weights and KV cache; training counts the model state of
-    training_bytes and the activations of a batch instead (no KV cache).
+    training_bytes and the activations of a batch instead (no KV cache): a Llama layer of this
+    shape (activation_bytes with kv_heads and ffn), with flash attention unless flash=False, which
+    stores every layer's s x s softmax output.
     """
     if isinstance(shape, str):
         if shape not in PRESETS:
@@ -175,8 +192,8 @@ def per_gpu_bytes(shape: "ModelShape | str", tp: int = 1, *, weights_dtype: str 
         parts = {k: v / t for k, v in training_bytes(n, optimizer, mixed, weights_dtype).items()}
         if seq and batch:
             parts["activations"] = activation_bytes(
-                shape.layers, shape.hidden, shape.heads, seq, batch,
-                checkpointing=checkpointing, tp=t)
+                shape.layers, shape.hidden, shape.heads, seq, batch, checkpointing=checkpointing, tp=t,
+                flash=flash, kv_heads=shape.kv_heads, ffn=shape.intermediate)
         return parts
     parts = {"weights": weights_bytes(n, weights_dtype) / t}
     if seq and batch:

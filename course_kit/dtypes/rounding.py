@@ -2,8 +2,9 @@
 
 Where torch has the dtype (fp32, bf16, fp16, fp8 e4m3fn, fp8 e5m2) the rounding *is* torch's
 own cast, so the explorer can never disagree with torch, on any torch version. (PyTorch changed
-what fp8 e4m3fn does beyond 448: older releases give NaN, newer ones saturate to +-448; the
-classification below reads the outcome from torch's result, so it reports whichever happens.)
+what fp8 e4m3fn does beyond 448: NaN up to torch 2.11, +-448 since pytorch/pytorch#178817, see
+fp8_overflow.py; the classification below reads the outcome from torch's result, so it reports
+whichever happens.)
 tf32 has no torch dtype: it is fp32 with the low 13 mantissa bits rounded away (round to nearest,
 ties to even) by integer arithmetic. Integers use scale 1: round half to even, then saturate.
 """

@@ -47,8 +47,8 @@ class DecodeCosts:
 
     hbm_Bps: float              # effective bandwidth of the weight reads
     per_layer_s: float          # fixed cost of one layer's kernels, not divided by TP
-    ring_base_s: float          # fixed latency of one ring collective (inside a CUDA graph)
-    one_shot_base_s: float      # fixed latency of one one-shot all-reduce
+    ring_base_s: float | None   # fixed latency of one ring collective (inside a CUDA graph); None: not measured
+    one_shot_base_s: float | None   # fixed latency of one one-shot all-reduce; None: not measured
     hop_s: float = 0.6e-6       # latency of one ring step over NVLink (an assumption; see above)
     busbw_Bps: float = 300e9    # bus bandwidth for the bandwidth terms
     source: str = "defaults"
@@ -58,8 +58,11 @@ class DecodeCosts:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)!r}; it must be > 0")
         for name in ("per_layer_s", "ring_base_s", "one_shot_base_s", "hop_s"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name}={getattr(self, name)!r}; it must be >= 0")
+            value = getattr(self, name)
+            if value is None and name in ("ring_base_s", "one_shot_base_s"):
+                continue            # an algorithm the record never timed in this step
+            if not value >= 0:
+                raise ValueError(f"{name}={value!r}; it must be >= 0")
 
 
 def collective_s(nbytes: float, n: int, algo: str, costs: DecodeCosts) -> float:
@@ -70,6 +73,9 @@ def collective_s(nbytes: float, n: int, algo: str, costs: DecodeCosts) -> float:
         raise ValueError(f"need n >= 1 and nbytes >= 0; got n={n}, nbytes={nbytes}")
     if n == 1:
         return 0.0
+    if (costs.ring_base_s if algo == "ring" else costs.one_shot_base_s) is None:
+        raise ValueError(f"these costs ({costs.source}) have no base latency for {algo!r}: the record never "
+                         "timed that all-reduce in the step they were fitted on")
     if algo == "ring":
         return costs.ring_base_s + 2 * (n - 1) * costs.hop_s + 2 * (n - 1) / n * nbytes / costs.busbw_Bps
     return costs.one_shot_base_s + (n - 1) * nbytes / costs.busbw_Bps
@@ -108,23 +114,53 @@ def _decode_rows(record: Mapping[str, Any]) -> dict[tuple[str, int], Mapping[str
     return {(r["model"], r["tp"]): r for r in record.get("results", []) if r.get("name") == "decode"}
 
 
+# Which time of a decode row the model reads, per step kind: at TP=1 the step itself; at TP=2 the
+# step with an all-reduce kernel after each row-parallel product (the row's own algorithm, its
+# "all_reduce" field) and, where recorded, the same step with NCCL's ring. The Triton step at TP=2
+# also ran with the sums folded into the products ("triton_graph"), which has no all-reduce for the
+# model's collective term, so that time is not used.
+STEP_KEYS: dict[str, tuple[str, str, str | None]] = {
+    # mode: (TP=1 key, TP=2 key with the row's all-reduce, TP=2 key with NCCL's ring)
+    "cuda_graph": ("cuda_graph", "cuda_graph", "cuda_graph_nccl"),
+    "triton_graph": ("triton_graph", "triton_graph_all_reduce", None),
+}
+
+
+def _tp2_times(row: Mapping[str, Any], mode: str) -> dict[str, float | None]:
+    """{"ring": s or None, "one_shot": s or None} of a TP=2 row in `mode`."""
+    _, own, ring_key = STEP_KEYS[mode]
+    by = row["s_per_token_by_mode"]
+    algo = "one_shot" if row.get("all_reduce") == "one_shot" else "ring"
+    out: dict[str, float | None] = {"ring": None, "one_shot": None}
+    out[algo] = by.get(own)
+    if ring_key and ring_key in by:
+        out["ring"] = by[ring_key]
+    return out
+
+
 def fit_costs(record: Mapping[str, Any], shapes: Mapping[str, ModelShape],
               mode: str = "cuda_graph", hop_s: float = 0.6e-6, busbw_Bps: float = 300e9,
-              models: tuple[str, str] | None = None) -> DecodeCosts:
-    """Fit hbm_Bps and per_layer_s on two models at TP=1, then each algorithm's base latency at
-    TP=2 (averaged over the models), from one `course-kit bench parallel` record.
+              models: tuple[str, str] | None = None, base_models: tuple[str, ...] | None = None) -> DecodeCosts:
+    """Fit hbm_Bps and per_layer_s on two models at TP=1 (two equations, two unknowns: solved
+    exactly), then each algorithm's base latency at TP=2, averaged over `base_models` (default: both
+    models; one model alone for a held-out check), from one `course-kit bench parallel` record.
 
-    The TP=2 time of `mode` ran with the algorithm the row names (row["all_reduce"]: one_shot or
-    nccl); mode + "_nccl" is the same captured step with NCCL's ring.
+    `mode` is the step timed (STEP_KEYS): "cuda_graph" (eager kernels captured in a graph) or
+    "triton_graph" (notebook 05's Triton step). An algorithm the record never timed in that mode at
+    TP=2 keeps a base of None (the Triton step has no NCCL-ring time).
     """
+    if mode not in STEP_KEYS:
+        raise ValueError(f"mode={mode!r}; choose one of {list(STEP_KEYS)}")
     rows = _decode_rows(record)
-    names = list(models or sorted({m for m, t in rows if t == 1 and (m, 2) in rows and m in shapes}))
+    tp1 = STEP_KEYS[mode][0]
+    names = list(models or sorted({m for m, t in rows if t == 1 and (m, 2) in rows and m in shapes
+                                   and tp1 in rows[(m, 1)]["s_per_token_by_mode"]}))
     if len(names) < 2:
         raise ValueError(f"fitting needs two models at TP=1 and TP=2 with known shapes; found {names}")
     a, b = names[:2]
     ra, rb = read_bytes_of(shapes[a]), read_bytes_of(shapes[b])
     la, lb = shapes[a].layers, shapes[b].layers
-    ta, tb = (rows[(x, 1)]["s_per_token_by_mode"][mode] for x in (a, b))
+    ta, tb = (rows[(x, 1)]["s_per_token_by_mode"][tp1] for x in (a, b))
     det = ra * lb - rb * la
     if det == 0:
         raise ValueError(f"models {a} and {b} have proportional reads and layers: cannot separate them")
@@ -134,54 +170,107 @@ def fit_costs(record: Mapping[str, Any], shapes: Mapping[str, ModelShape],
         raise ValueError(f"the TP=1 times of {a} and {b} give no positive bandwidth and cost")
     partial = DecodeCosts(1.0 / inv_bw, per_layer, 0.0, 0.0, hop_s, busbw_Bps, "fit")
     bases: dict[str, list[float]] = {"ring": [], "one_shot": []}
-    for x in (a, b):
-        row = rows[(x, 2)]
+    for x in base_models or (a, b):
         sh = shapes[x]
         base = step_s(read_bytes_of(sh), sh.hidden, sh.layers, 2, partial, "ring")
-        ar = row["s_per_token_by_mode"]
-        per_call = {"ring": ar.get(mode + "_nccl", ar[mode] if row.get("all_reduce", "nccl") == "nccl" else None),
-                    "one_shot": ar[mode] if row.get("all_reduce") == "one_shot" else None}
-        for algo, total in per_call.items():
+        for algo, total in _tp2_times(rows[(x, 2)], mode).items():
             if total is None:
                 continue
             # base + the hops and bytes of n = 2 that collective_s adds on top of its base
-            extra = collective_s(sh.hidden * 2, 2, algo, replace(partial, ring_base_s=0.0, one_shot_base_s=0.0))
+            extra = collective_s(sh.hidden * 2, 2, algo, partial)
             bases[algo].append((total - base["total_s"]) / (2 * sh.layers + 1) - extra)
-    if not bases["ring"]:
-        raise ValueError("the record has no TP=2 time with NCCL's all-reduce")
-    ring = max(0.0, sum(bases["ring"]) / len(bases["ring"]))
-    one = max(0.0, sum(bases["one_shot"]) / len(bases["one_shot"])) if bases["one_shot"] else ring
-    return replace(partial, ring_base_s=ring, one_shot_base_s=one,
-                   source=f"fitted on {a} and {b} ({mode}), TP=1 and TP=2")
+    if not bases["ring"] and not bases["one_shot"]:
+        raise ValueError(f"the record has no TP=2 time of the {mode} step with an all-reduce")
+    fitted = {k: max(0.0, sum(v) / len(v)) if v else None for k, v in bases.items()}
+    on = "+".join(base_models or (a, b))
+    return replace(partial, ring_base_s=fitted["ring"], one_shot_base_s=fitted["one_shot"],
+                   source=f"{mode}: TP=1 of {a} and {b}, TP=2 bases from {on}")
 
 
 def predict_record(record: Mapping[str, Any], shapes: Mapping[str, ModelShape], costs: DecodeCosts,
-                   mode: str = "cuda_graph") -> list[dict]:
-    """Model against record: one row per decode row of `record` (model, tp, algo, measured, model)."""
+                   mode: str = "cuda_graph", models: tuple[str, ...] | None = None) -> list[dict]:
+    """Model against record: one row per decode time of `record` in `mode` that the model can
+    predict (model, tp, algo, measured, model, error); `models` keeps only those models' rows."""
     out = []
     for (name, tp), row in sorted(_decode_rows(record).items()):
-        if name not in shapes or mode not in row["s_per_token_by_mode"]:
+        if name not in shapes or (models and name not in models):
             continue
         sh = shapes[name]
-        pairs = [("ring" if row.get("all_reduce", "nccl") == "nccl" else "one_shot", mode)]
-        if tp > 1 and mode + "_nccl" in row["s_per_token_by_mode"]:
-            pairs.append(("ring", mode + "_nccl"))
-        for algo, m in pairs:
-            pred = step_s(read_bytes_of(sh), sh.hidden, sh.layers, tp, costs, algo)["total_s"]
-            meas = row["s_per_token_by_mode"][m]
-            out.append({"model": name, "tp": tp, "algo": algo if tp > 1 else "-", "measured_s": meas,
-                        "model_s": pred, "error": pred / meas - 1})
+        if tp == 1:
+            pairs = [("-", row["s_per_token_by_mode"].get(STEP_KEYS[mode][0]))]
+        else:
+            pairs = list(_tp2_times(row, mode).items())
+        for algo, meas in pairs:
+            if meas is None or (algo != "-" and _base(costs, algo) is None):
+                continue
+            pred = step_s(read_bytes_of(sh), sh.hidden, sh.layers, tp, costs,
+                          "ring" if algo == "-" else algo)["total_s"]
+            out.append({"model": name, "tp": tp, "algo": algo, "measured_s": meas, "model_s": pred,
+                        "error": pred / meas - 1})
     return out
 
 
-def explain_fit(rows: list[dict]) -> str:
-    """How well the model reproduces the record it was fitted on (largest relative error)."""
+def held_out(record: Mapping[str, Any], shapes: Mapping[str, ModelShape], mode: str = "cuda_graph") -> list[dict]:
+    """Each model's TP=2 times predicted by a model whose TP=2 bases were fitted on the other model
+    alone: points the fit did not see (the TP=1 times are needed by every fit, so none is held out)."""
+    names = sorted({m for m, t in _decode_rows(record) if t == 2 and m in shapes})
+    out = []
+    for target in names:
+        for other in (n for n in names if n != target):
+            costs = fit_costs(record, shapes, mode, base_models=(other,))
+            for r in predict_record(record, shapes, costs, mode, models=(target,)):
+                if r["tp"] > 1:
+                    out.append({**r, "fitted_on": other})
+    return out
+
+
+def _base(costs: DecodeCosts, algo: str) -> float | None:
+    return costs.ring_base_s if algo == "ring" else costs.one_shot_base_s
+
+
+def explain_fit(rows: list[dict], held: list[dict] | None = None) -> str:
+    """What the fit shows: the TP=1 times are solved exactly (they test nothing), the TP=2 times
+    it was fitted on in sample, and, where given, TP=2 times of a model held out of the fit."""
     if not rows:
         raise ValueError("no rows to compare")
-    worst = max(rows, key=lambda r: abs(r["error"]))
-    return (f"Against the {len(rows)} recorded decode times, the model is off by at most "
-            f"**{abs(worst['error']):.1%}** ({worst['model']}, TP={worst['tp']}"
-            f"{', ' + worst['algo'] if worst['algo'] != '-' else ''}).")
+    def worst(rs: list[dict]) -> str:
+        w = max(rs, key=lambda r: abs(r["error"]))
+        return (f"**{abs(w['error']):.1%}** ({w['model']}, TP={w['tp']}"
+                f"{', ' + w['algo'] if w['algo'] != '-' else ''})")
+    tp1 = [r for r in rows if r["tp"] == 1]
+    tp2 = [r for r in rows if r["tp"] > 1]
+    text = (f"The {len(tp1)} TP=1 times fix the read bandwidth and the per-layer cost exactly (two equations, "
+            f"two unknowns), so they test nothing.")
+    if tp2:
+        text += (f" The {len(tp2)} TP=2 times it was fitted on (one base latency per all-reduce, averaged over "
+                 f"the models) it reproduces within {worst(tp2)}: in sample.")
+    if held:
+        others = sorted({r["fitted_on"] for r in held})
+        each = "each way" if len(others) > 1 else f"from {others[0]}"
+        text += (f" Held out: fitted on one model's TP=2 times alone and predicting the other's ({each}), the "
+                 f"model lands within {worst(held)} on {len(held)} times it never saw.")
+    return text + " No record has 4 or 8 GPUs: the model's figures there are extrapolations."
+
+
+def explain_mode_choice(record: Mapping[str, Any]) -> str:
+    """Why the widget's model is fitted on the CUDA-graph step and not on the Triton step the
+    record headlines: which step was timed at TP=2 with which all-reduce, read from the record."""
+    rows = [r for r in record.get("results", []) if r.get("name") == "decode" and r.get("tp") == 2]
+    both = [r["model"] for r in rows if all(v is not None for v in _tp2_times(r, "cuda_graph").values())]
+    triton = [r for r in rows if "triton_graph" in r.get("s_per_token_by_mode", {})]
+    if not triton:
+        return "This record has no Triton step, so the model is fitted on the CUDA-graph step."
+    ring_in_triton = any(_tp2_times(r, "triton_graph")["ring"] is not None for r in triton)
+    head = ", ".join(f"{r['model']} {r['s_per_token_by_mode']['triton_graph'] * 1e3:.3f} ms" for r in triton)
+    if both and not ring_in_triton:
+        return (f"The widget's model is fitted on the CUDA-graph step, not on the faster Triton step that the "
+                f"record headlines (TP=2: {head} per token), because only the CUDA-graph step was timed at TP=2 "
+                f"with both NCCL's ring and the one-shot all-reduce ({', '.join(both)}), and the widget compares "
+                f"the two. The Triton step was timed with a one-shot all-reduce after each product, and with "
+                f"the sums folded into the products, which leaves no all-reduce to model; its own fit "
+                f"(one-shot only) is below.")
+    return (f"The Triton step (TP=2: {head} per token) was timed with NCCL's ring too, so the model can be "
+            f"fitted on it; the widget uses the CUDA-graph fit, which has both algorithms.")
 
 
 def tradeoff(model: str, costs: DecodeCosts, seq: int = 8192, batch: int = 1,

@@ -110,6 +110,13 @@ def row_walk_figure(walk, step: int) -> go.Figure:
     return fig
 
 
+def log_ticks(values: Iterable[float]) -> dict:
+    """A log axis labelled exactly at the values plotted (powers of two: 512, 1,024, ...). A dtick of
+    log10(2) puts ticks at 10**(k * 0.30103), which plotly labels "8,192.001" (issue 42)."""
+    ticks = sorted({int(v) if float(v).is_integer() else v for v in values})
+    return {"type": "log", "tickvals": ticks, "ticktext": [f"{t:,}" for t in ticks]}
+
+
 def _rows(rows: Iterable[Mapping], **where) -> list[Mapping]:
     return [r for r in rows if "median_s" in r and all(r.get(k) == v for k, v in where.items())]
 
@@ -126,7 +133,7 @@ def time_memory_figure(rows: Iterable[Mapping], head_dim: int = 128, title: str 
                         legendgroup=name, line=dict(color=colour), row=1, col=1)
         fig.add_scatter(x=xs, y=[r["peak_bytes"] / 2**20 for r in pts], mode="lines+markers", name=name,
                         legendgroup=name, showlegend=False, line=dict(color=colour), row=1, col=2)
-    fig.update_xaxes(type="log", title_text="sequence length S", dtick=0.30103)
+    fig.update_xaxes(title_text="sequence length S", **log_ticks(r["seq_len"] for r in rows))
     fig.update_yaxes(type="log")
     fig.update_layout(height=420, title=title or f"Attention forward, causal, head dim {head_dim}")
     return fig
@@ -149,7 +156,7 @@ def sweep_figure(sweep: Iterable[Mapping], title: str = "") -> go.Figure:
         fig.add_scatter(x=[r["seq_len"] for r in pts], y=[r["per_call"] for r in pts], mode="lines+markers",
                         line=dict(dash="dot"), name=f"{label}: per call", legendgroup=label)
     fig.add_hline(y=1.0, line_dash="dash", annotation_text="as fast as SDPA flash")
-    fig.update_xaxes(type="log", title_text="sequence length S", dtick=0.30103)
+    fig.update_xaxes(title_text="sequence length S", **log_ticks(r["seq_len"] for pts in groups.values() for r in pts))
     fig.update_yaxes(title_text="Triton / SDPA flash (TFLOP/s)")
     fig.update_layout(height=420, title=title or "Triton flash forward against SDPA flash across the sweep")
     return fig

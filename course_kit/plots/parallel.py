@@ -1,9 +1,12 @@
 """Figures of notebook 09: bus bandwidth, pipeline timelines and bubbles, TP scaling, MoE load."""
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 import plotly.graph_objects as go
+
+from .tables import Table
 
 from ..parallel import comm, pipeline
 
@@ -41,6 +44,9 @@ def busbw_figure(series: Mapping[str, Sequence[Mapping[str, Any]]], *, op: str =
     return fig
 
 
+LANE_PX, LANE_TOP = 70, 150       # a timeline's height: pixels per rank, and for title, legend and axis
+
+
 def timeline_figure(events: Sequence[Mapping[str, Any]], *, title: str = "Pipeline timeline",
                     unit: str = "s") -> go.Figure:
     """Gantt chart: one row per rank, forward (blue) and backward (orange) boxes per micro-batch."""
@@ -59,8 +65,13 @@ def timeline_figure(events: Sequence[Mapping[str, Any]], *, title: str = "Pipeli
                           "<extra></extra>"))
         shown.add(k)
     ranks = sorted({e["rank"] for e in events})
+    # height per lane, and the legend above the plot: at 45 px a lane the plot area of two ranks was
+    # ~20 px per rank and a side legend was clipped to one entry (issue 42)
     fig.update_layout(title=f"{title} (bubble {pipeline.bubble_of(events):.0%})" if events else title,
-                      barmode="overlay", height=120 + 45 * len(ranks),
+                      barmode="overlay", height=LANE_TOP + LANE_PX * max(1, len(ranks)),
+                      margin={"t": 90, "b": 50}, bargap=0.25,
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+                      uniformtext={"minsize": 9, "mode": "hide"},
                       xaxis={"title": f"time ({unit})"},
                       yaxis={"categoryorder": "array",
                              "categoryarray": [f"rank {r}" for r in reversed(ranks)]})
@@ -79,8 +90,11 @@ def bubble_figure(rows: Sequence[Mapping[str, Any]], p: int, *, title: str | Non
         if pts:
             fig.add_trace(go.Scatter(x=[a for a, _ in pts], y=[b for _, b in pts],
                                      mode="markers+lines", name=f"measured, {kind}"))
+    # labelled at the m values only: an auto log axis also labels minor ticks (a stray "9" left of 1)
+    ticks = [m for m in (1, 2, 4, 8, 16, 32, 64) if m <= max(dense)]
     fig.update_layout(title=title or f"Pipeline bubble with p={p} stages",
-                      xaxis={"title": "micro-batches m", "type": "log"},
+                      xaxis={"title": "micro-batches m", "type": "log", "tickvals": ticks,
+                             "ticktext": [str(m) for m in ticks], "range": [-0.05, math.log10(max(dense)) + 0.05]},
                       yaxis={"title": "idle fraction", "range": [0, 1]}, height=380)
     return fig
 
@@ -123,7 +137,7 @@ def scaling_figure(records: Mapping[str, Mapping[str, Any]], *, what: str = "dec
     return fig
 
 
-def tokens_table(records: Mapping[str, Mapping[str, Any]]) -> go.Figure:
+def tokens_table(records: Mapping[str, Mapping[str, Any]]) -> Table:
     """A gpt-fast style table: tokens/s of batch-1 decode per model and number of GPUs."""
     rows = []
     for label, rec in records.items():
@@ -131,17 +145,11 @@ def tokens_table(records: Mapping[str, Mapping[str, Any]]) -> go.Figure:
             rows.append((r["model"], r["tp"], label, r["tokens_per_s"], r.get("speedup"),
                          r.get("mode", ""), r.get("fp32_tokens_identical")))
     rows.sort()
-    cols = list(zip(*rows)) if rows else [[]] * 7
-    fmt = [list(cols[0]), list(cols[1]), list(cols[2]), [f"{v:,.1f}" for v in cols[3]],
-           [f"{v:.2f}x" if v else "" for v in cols[4]], list(cols[5]),
-           ["yes" if v else ("no" if v is False else "") for v in cols[6]]]
-    fig = go.Figure(go.Table(
-        header={"values": ["model", "GPUs", "machine", "tokens/s", "speed-up", "mode",
-                           "same greedy tokens (fp32)"]},
-        cells={"values": fmt}))
-    fig.update_layout(title="Batch-1 decode: tokens/s against the number of GPUs",
-                      height=120 + 28 * max(1, len(rows)), margin={"t": 40, "b": 10})
-    return fig
+    return Table(["model", "GPUs", "machine", "tokens/s", "speed-up", "mode", "same greedy tokens (fp32)"],
+                 [[m, tp, label, f"{tok:,.1f}", f"{sp:.2f}x" if sp else "", mode,
+                   "yes" if same else ("no" if same is False else "")]
+                  for m, tp, label, tok, sp, mode, same in rows],
+                 title="Batch-1 decode: tokens/s against the number of GPUs", numeric=(1, 3, 4))
 
 
 def bar_figure(values: Mapping[str, float], *, title: str, yaxis: str, log: bool = False) -> go.Figure:
@@ -216,23 +224,23 @@ def step_time_figure(times: Mapping[str, Mapping[str, float]], *, title: str) ->
     return fig
 
 
-def fit_table(rows: Sequence[Mapping[str, Any]], *, title: str) -> go.Figure:
-    """Measured against modelled decode times (tp_model.predict_record rows)."""
-    cols = [[r["model"] for r in rows], [r["tp"] for r in rows], [r["algo"] for r in rows],
-            [f"{r['measured_s'] * 1e3:,.3f}" for r in rows], [f"{r['model_s'] * 1e3:,.3f}" for r in rows],
-            [f"{r['error']:+.1%}" for r in rows]]
-    fig = go.Figure(go.Table(header={"values": ["model", "GPUs", "all-reduce", "measured (ms)", "model (ms)",
-                                                "model error"]}, cells={"values": cols}))
-    fig.update_layout(title=title, height=110 + 28 * max(1, len(rows)), margin={"t": 40, "b": 10})
-    return fig
+def fit_table(rows: Sequence[Mapping[str, Any]], held: Sequence[Mapping[str, Any]] = (), *,
+              title: str) -> Table:
+    """Measured against modelled decode times (tp_model.predict_record rows), then the held-out
+    ones (tp_model.held_out: bases fitted on another model), each row saying which it is."""
+    def kind(r: Mapping[str, Any]) -> str:
+        if "fitted_on" in r:
+            return f"held out (bases from {r['fitted_on']})"
+        return "solved exactly" if r["tp"] == 1 else "in sample"
+    return Table(["model", "GPUs", "all-reduce", "measured (ms)", "model (ms)", "model error", "fit"],
+                 [[r["model"], r["tp"], r["algo"], f"{r['measured_s'] * 1e3:,.3f}", f"{r['model_s'] * 1e3:,.3f}",
+                   f"{r['error']:+.1%}", kind(r)] for r in [*rows, *held]],
+                 title=title, numeric=(1, 3, 4, 5))
 
 
-def speed_table(rows: Sequence[Mapping[str, Any]], *, title: str) -> go.Figure:
+def speed_table(rows: Sequence[Mapping[str, Any]], *, title: str) -> Table:
     """TP MLP and decode rows (machine, what, GPUs, ms, speed-up) with readable numbers."""
-    cols = [[r["machine"] for r in rows], [r["what"] for r in rows], [r["GPUs / ranks"] for r in rows],
-            [f"{r['time (ms)']:,.3f}" for r in rows],
-            [f"{r['speed-up']:.2f}x" if r.get("speed-up") else "" for r in rows]]
-    fig = go.Figure(go.Table(header={"values": ["machine", "what", "GPUs / ranks", "time (ms)", "speed-up"]},
-                             cells={"values": cols}, columnwidth=[3, 4, 1.2, 1.5, 1.3]))
-    fig.update_layout(title=title, height=110 + 28 * max(1, len(rows)), margin={"t": 40, "b": 10})
-    return fig
+    return Table(["machine", "what", "GPUs / ranks", "time (ms)", "speed-up"],
+                 [[r["machine"], r["what"], r["GPUs / ranks"], f"{r['time (ms)']:,.3f}",
+                   f"{r['speed-up']:.2f}x" if r.get("speed-up") else ""] for r in rows],
+                 title=title, numeric=(2, 3, 4))

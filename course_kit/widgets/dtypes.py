@@ -171,6 +171,8 @@ class OpExplorer:
                                       continuous_update=False)
         self.x_lin = W.FloatSlider(min=-120, max=120, value=12.0, step=0.5, description="x",
                                    continuous_update=False)
+        self.n_note = W.HTML()        # why n is greyed out, where it is
+        self.n_note.add_class("ck-ops-n-note")
         self.table = W.HTML()
         self.out = W.Output()
         self.figure: go.Figure = go.Figure()
@@ -180,7 +182,7 @@ class OpExplorer:
         self.op.observe(self._on_op, names="value")
         for w in (self.n, self.x_log, self.x_lin):
             w.observe(self.update, names="value")
-        self.widget = W.VBox([W.HBox([self.op, self.n]), self.x_log, self.x_lin, self.table,
+        self.widget = W.VBox([W.HBox([self.op, self.n]), self.n_note, self.x_log, self.x_lin, self.table,
                               self.out])
         self.update()
 
@@ -199,6 +201,9 @@ class OpExplorer:
         self.x_log.layout.display = None if log else "none"
         self.x_lin.layout.display = "none" if log else None
         self.n.disabled = op not in ("sum", "softmax")
+        self.n_note.value = ("" if not self.n.disabled else
+                             f"<i>n is off: {html.escape(dops.OPS[op])} takes x alone; n counts the terms of "
+                             "sum and the logits of softmax.</i>")
 
     def _on_op(self, change: dict) -> None:
         self._configure(change["new"], None)

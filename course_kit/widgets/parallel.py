@@ -33,6 +33,9 @@ def tradeoff(model: str = "70b", seq: int = 8192, batch: int = 1, weights_dtype:
     return tp_model.tradeoff(model, costs, seq, batch, weights_dtype, algo, tuple(tps))
 
 
+FIGURE_PX = 500     # each of TPTradeoff's two figures (issue 42: a 1,100 px notebook column)
+
+
 class TPTradeoff:
     """Controls for the model, context, batch, algorithm and link; bars of GiB per GPU and of the
     modelled step time, and a computed readout."""
@@ -63,7 +66,8 @@ class TPTradeoff:
             w.observe(self.update, names="value")
         self.widget = W.VBox([W.HBox([self.model, self.dtype]), self.algo, W.HBox([self.seq, self.batch]),
                               W.HBox([self.hop, self.busbw]), self.text,
-                              W.HBox([self.out_mem, self.out_time])])
+                              # side by side where the column is wide enough, one above the other if not
+                              W.HBox([self.out_mem, self.out_time], layout=W.Layout(flex_flow="row wrap"))])
         self.update()
 
     def costs(self) -> tp_model.DecodeCosts:
@@ -84,6 +88,8 @@ class TPTradeoff:
                                       capacity_bytes=self.capacity, capacity_label=self.capacity_label),
             "time": step_time_figure(self.result["time"], title=f"{name}: one decode step (model)"),
         }
+        for fig in self.figures.values():      # two of them fit a 1,100 px column side by side
+            fig.update_layout(width=FIGURE_PX)
         redraw(self.out_mem, self.figures["memory"])
         redraw(self.out_time, self.figures["time"])
 

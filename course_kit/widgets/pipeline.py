@@ -30,13 +30,15 @@ class PipelineSchedules:
         self.v = W.IntSlider(value=v, min=2, max=4, description="chunks v", continuous_update=False)
         self.t_b = W.FloatSlider(value=t_b, min=0.5, max=4.0, step=0.5, description="backward / forward",
                                  continuous_update=False, style={"description_width": "initial"})
+        self.v_note = W.HTML()        # why v is greyed out, where it is
+        self.v_note.add_class("ck-pipeline-v-note")
         self.text = W.HTML()
         self.out = W.Output()
         self.figure: go.Figure | None = None
         self.summary: dict | None = None
         for w in (self.kind, self.p, self.m, self.v, self.t_b):
             w.observe(self.update, names="value")
-        self.widget = W.VBox([self.kind, W.HBox([self.p, self.m]), W.HBox([self.v, self.t_b]),
+        self.widget = W.VBox([self.kind, W.HBox([self.p, self.m]), W.HBox([self.v, self.t_b]), self.v_note,
                               self.text, self.out])
         # CSS hooks for the browser test (tests/test_browser_nb09.py)
         self.widget.add_class("ck-pipeline-schedules")
@@ -48,6 +50,9 @@ class PipelineSchedules:
         kind, p, m = self.kind.value, self.p.value, self.m.value
         v = self.v.value if kind == "interleaved" else 1
         self.v.disabled = kind != "interleaved"
+        self.v_note.value = ("" if kind == "interleaved" else
+                             f"<i>chunks v is off: {_NAMES[kind]} gives each rank one chunk of the model; "
+                             "v applies to interleaved 1F1B only.</i>")
         try:
             self.summary = schedules.schedule_summary(kind, p, m, v, 1.0, self.t_b.value)
         except ValueError as err:   # interleaved needs m to be a multiple of p: say so, keep the old chart

@@ -45,10 +45,12 @@ from course_kit import dtypes, narrate, notebook, widgets
 from course_kit.dtypes import memory
 from course_kit.benchmarks import dtypes as bench_dtypes
 from course_kit.dtypes import ops
-from course_kit.dtypes.explain import explain_range_precision, explain_throughput, explain_weight_only
+from course_kit.dtypes.explain import (explain_capacity, explain_e4m3_overflow, explain_range_precision,
+                                       explain_throughput, explain_weight_only)
 from course_kit.notebook import md, show_source
 from course_kit.plots import dtypes as dplots
 from course_kit.plots import memory as mplots
+from course_kit.plots.tables import Table
 from course_kit.widgets.dtypes import OpExplorer, OverflowExplorer
 from course_kit.widgets.memory import MemoryEstimator
 
@@ -80,10 +82,7 @@ rows = [dtypes.FORMATS[n].limits() for n in dtypes.FORMAT_NAMES]
 cols = ["format", "bits", "sign", "exponent", "mantissa", "bias", "max", "smallest normal",
         "smallest subnormal", "eps", "inf"]
 fmt_cell = lambda v: "—" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
-fig = go.Figure(go.Table(header=dict(values=cols),
-                         cells=dict(values=[[fmt_cell(r[c]) for r in rows] for c in cols])))
-fig.update_layout(height=330, margin=dict(t=10, b=10))
-fig
+Table(cols, [[fmt_cell(r[c]) for c in cols] for r in rows])   # an HTML table: it wraps, never cuts a word
 
 # %% [markdown]
 # The derivation agrees with PyTorch's own `torch.finfo` for every format torch has:
@@ -130,38 +129,37 @@ show_source(dtypes.tf32_round_bits)
 # %%
 probe = [1.0, 0.1, 1 + 2 ** -8, 300.0, 464.0, 500.0, 65520.0, 1e5, 1e39, 1e-6, 1e-8, 1e-40]
 table = {name: [dtypes.classify(x, name) for x in probe] for name in dtypes.FORMAT_NAMES}
-ROW_PX = 58   # three short lines per cell (value, outcome): the height follows the rows, none is cut
-fig = go.Figure(go.Table(
-    header=dict(values=["x"] + list(table), height=30),
-    cells=dict(height=ROW_PX, font=dict(size=11), values=[[f"{x:.6g}" for x in probe]] + [
-        [f"{r.stored:.5g}<br><i>{r.outcome.replace(' to ', '<br>to ')}</i>" for r in rs] for rs in table.values()])))
-fig.update_layout(height=30 + ROW_PX * len(probe) + 40, margin=dict(t=10, b=10))
-fig
+# an HTML table: each cell's value and outcome wrap inside its column and the rows take the height
+# they need, so no outcome is cut mid-word at any width
+Table(["x"] + list(table), [[f"{x:.6g}"] + [f"{table[n][i].stored:.5g}<br><i>{table[n][i].outcome}</i>" for n in table]
+                            for i, x in enumerate(probe)], raw_html=True)
 
 # %% [markdown]
 # ### What does PyTorch do with fp8 e4m3fn beyond 448?
 #
 # e4m3fn has no infinity, so an overflowing cast must produce either NaN or the max. The OCP
-# specification allows both (a "saturating" and a "non-saturating" mode), and PyTorch has changed
-# its answer over time: older releases returned NaN for magnitudes above 464 (and for inf), newer
-# ones saturate to ±448. Rather than trust a table, ask the torch you are running:
+# specification allows both (a "saturating" and a "non-saturating" mode), and PyTorch changed its
+# answer: its cast returned NaN for magnitudes above 464 and for ±inf until pull request
+# pytorch/pytorch#178817 (merged in April 2026) made it saturate to ±448, infinities included
+# (torch 2.11 returns NaN; torch 2.13 saturates). Rather than trust a version table, ask the torch
+# you are running (`fp8_overflow.overflow_mode()` casts 10000 and looks):
 
 # %%
+from course_kit.dtypes import fp8_overflow
+
 beyond = [448.0, 464.0, 465.0, 480.0, 1e4, math.inf, -1e4, math.nan]
 got = torch.tensor(beyond, dtype=torch.float32).to(torch.float8_e4m3fn)
 bits = got.view(torch.uint8).tolist()
-for x, v, b in zip(beyond, got.float().tolist(), bits):
+got = got.float()
+for x, v, b in zip(beyond, got.tolist(), bits):
     print(f"{x:>8} -> {v:>6}   bits {b:08b}   {dtypes.classify(x, 'fp8_e4m3fn').outcome}")
+print(f"fp8_overflow.overflow_mode() = {fp8_overflow.overflow_mode()!r}")
 
 # %%
-v1e4 = got.float().tolist()[4]
-vinf = got.float().tolist()[5]
-mode = "saturates to ±448" if v1e4 == 448.0 else "returns NaN"
-md(f"On this machine (torch **{torch.__version__}**), casting 10000 to e4m3fn gives "
-   f"**{v1e4}** and casting inf gives **{vinf}**: this PyTorch **{mode}** beyond the range. "
-   f"464 is exactly halfway between 448 and the next step (480, which would be the NaN pattern); "
-   f"the tie goes to the even mantissa, 448, so it is an ordinary rounding in every version. "
-   f"Either way the lesson is the same: scale fp8 tensors so that they never get near the max.")
+md(explain_e4m3_overflow(got[4].item(), got[5].item(), torch.__version__)
+   + " 464 is exactly halfway between 448 and the next step (480, which would be the NaN pattern); "
+   "the tie goes to the even mantissa, 448, so it is an ordinary rounding in every version. "
+   "Either way the lesson is the same: scale fp8 tensors so that they never get near the max.")
 
 # %% [markdown]
 # The explorer's values are torch's; here is the check over many random values of every magnitude,
@@ -287,9 +285,14 @@ md(f"Per-channel scales cut the int8 error from **{pt8.rel_error:.2%}** to **{pc
 # Inference needs the weights (and a KV cache, notebook 06). Training needs much more: gradients,
 # optimizer state, and activations. With Adam in mixed precision (the ZeRO paper's accounting)
 # every parameter costs 2 bytes of bf16/fp16 weights, 2 of gradients, 4 of fp32 master weights and
-# 4 + 4 of fp32 moments: **16 bytes per parameter**, before any activation. Memory in this course's
-# text is in **GiB** (2^30 bytes), the unit in which GPUs report their memory; a GPU's capacity is
-# what torch reports as usable, less than the "GB" in its product name.
+# 4 + 4 of fp32 moments: **16 bytes per parameter**, before any activation.
+#
+# Memory in this notebook is in **GiB** (2^30 bytes), and a GPU's capacity is what torch reports
+# for it (`torch.cuda.get_device_properties(0).total_memory`), not the "GB" of its datasheet:
+
+# %%
+md("For example, " + explain_capacity(["H200", "H100 80GB HBM3"]) + " A datasheet's figure is a rounded "
+   "product name, so this notebook never computes with it.")
 
 # %%
 show_source(memory.training_bytes)
@@ -299,7 +302,7 @@ n7 = 7e9
 weights7 = {d: {"weights": memory.weights_bytes(n7, d)} for d in ("fp32", "bf16", "int8", "int4")}
 train7 = {"fp32 Adam": memory.training_bytes(n7, mixed=False),
           "mixed-precision Adam": memory.training_bytes(n7, mixed=True)}
-H100 = "H100 80 GB"
+H100 = "H100 80GB HBM3"
 mplots.breakdown_figure({**{f"weights {d}": v for d, v in weights7.items()},
                          **{f"train, {k}": v for k, v in train7.items()}},
                         title="A 7B-parameter model", capacity_gib=memory.GPU_MEMORY_GIB[H100], capacity_label=H100)
@@ -323,7 +326,7 @@ show_source(memory.per_gpu_bytes)
 
 # %%
 tp70 = {f"TP={t}": memory.per_gpu_bytes("70b", t, seq=4096, batch=8) for t in (1, 2, 4, 8)}
-H200 = "H200 141 GB"
+H200 = "H200"
 mplots.breakdown_figure(tp70, title="Llama-2-70B inference (bf16, 8 sequences of 4096 tokens): per GPU",
                         capacity_gib=memory.GPU_MEMORY_GIB[H200], capacity_label=H200)
 
@@ -384,8 +387,14 @@ fig
 
 # %%
 rec = own or ref
+# a live run is compared with the record of the same GPU only (another GPU's record is no yardstick)
+same_gpu = own is not None and ref is not None and own["environment"].get("gpu") == ref["environment"].get("gpu")
 if rec is not None:
-    md(explain_throughput(rec["summary"], rec["results"], rec["environment"].get("gpu"), rec["params"].get("n")))
+    bf16_live = next((r["tflops"] for r in rec["results"] if r.get("variant", r["name"]) == "bf16" and r.get("tflops")), None)
+    bf16_rec = next((r["tflops"] for r in ref["results"] if r.get("variant", r["name"]) == "bf16" and r.get("tflops")), None) if same_gpu else None
+    md(explain_throughput(rec["summary"], rec["results"], rec["environment"].get("gpu"), rec["params"].get("n"),
+                          recorded=ref["results"] if same_gpu else None),
+       headlines=[notebook.headline("bf16 matmul", bf16_live, bf16_rec, "TFLOP/s", 0)] if own and bf16_live else None)
 
 # %% [markdown]
 # ### Weight-only int8 and int4, in practice
@@ -405,7 +414,7 @@ show_source(bench_dtypes.weight_only)
 
 # %%
 wo_live = bench_dtypes.weight_only(P["device"], 256 if P["smoke"] else 1024, 16, repeat=5)
-md(explain_weight_only(wo_live, f"On this {P['device']}"))
+md(explain_weight_only(wo_live, f"On this {device.gpu_name() if P['device'] == 'cuda' else 'CPU'}"))
 if ref is not None and ref.get("weight_only"):
     md(explain_weight_only(ref["weight_only"], f"On the {ref['environment'].get('gpu')}"))
 elif ref is not None:
@@ -421,7 +430,9 @@ elif ref is not None:
 # nearest, ties to even), exactly what `x.to(torch.float8_e4m3fn).float()` gives in this torch:
 # - normal numbers keep 3 mantissa bits; below the smallest normal (`2^-6`) the grid of subnormals
 #   goes on down to zero;
-# - beyond the range, do what the e4m3fn cell of section 2 showed this torch doing;
+# - beyond the range, do what section 2 showed this torch doing: saturate to ±448 where
+#   `fp8_overflow.saturates()` is true, NaN where it is false (ask it inside your function, so that
+#   the function is right under either PyTorch);
 # - the sign is kept, also the sign of a zero; NaN stays NaN.
 #
 # Do not use a torch float8 dtype: use arithmetic on the values or on their bits. The check compares
@@ -431,11 +442,14 @@ elif ref is not None:
 # %% {"course_kit": {"exercise": "01.fp8_round", "role": "solution", "points": 3, "task": "write round_to_e4m3(x) (see the task above)"}}
 def round_to_e4m3(x: torch.Tensor) -> torch.Tensor:
     ### BEGIN SOLUTION
-    a = x.abs().to(torch.float64).clamp(max=1e4)            # far beyond 448: saturates anyway, and no inf
+    a = x.abs().to(torch.float64).clamp(max=1e4)            # far beyond 448 either way, and no inf
     _, e = torch.frexp(a)                                    # a = m * 2**e with m in [0.5, 1)
     step = torch.exp2((e - 1).clamp(min=-6).to(torch.float64) - 3)   # the grid spacing; subnormals: 2**-9
     q = torch.round(a / step) * step                         # torch.round: half to even
-    q = q.clamp(max=448.0)                                   # this torch saturates beyond the range
+    if fp8_overflow.saturates():                             # this torch clamps to the max ...
+        q = q.clamp(max=448.0)
+    else:                                                    # ... or gives NaN past it (464 ties down to 448)
+        q = torch.where(q > 448.0, torch.full_like(q, math.nan), q)
     q = torch.where(torch.signbit(x), -q, q)                 # the sign, also of zero
     return torch.where(torch.isnan(x), x, q.to(torch.float32))
     ### END SOLUTION
@@ -540,7 +554,7 @@ grading.check("01.overflow_point_hidden", CULPRIT)
 # and before the MLP of every layer, and one final RMSNorm. Unlike Llama, its q, k and v projections
 # have a **bias**; the output projection and the MLP have none. Compute, from these numbers alone:
 # - `n_params`: its parameter count (exact);
-# - `weights_gib`: its bf16 weights in GiB (2^30 bytes, the unit of this notebook);
+# - `weights_gib`: its bf16 weights in GiB;
 # - `adam_gib`: the model state of mixed-precision Adam training in GiB;
 # - `kv_gib`: the bf16 KV cache of 4 sequences of 32768 tokens in GiB.
 
@@ -571,7 +585,7 @@ grading.check("01.memory", n_params, weights_gib, adam_gib, kv_gib)
 #   long sums where fp16 does not; both need fp32 accumulation.
 # - int8/int4 store codes and scales; per-channel scales cut the error that outliers cause.
 # - Mixed-precision Adam needs 16 bytes per parameter; tensor parallelism divides a model's weights
-#   and KV cache over GPUs, which section 6 computed for a 70B model (memory in GiB, 2^30 bytes).
+#   and KV cache over GPUs, which section 6 computed for a 70B model.
 #
 # **Further reading**
 # - IEEE 754-2019, *IEEE Standard for Floating-Point Arithmetic*.

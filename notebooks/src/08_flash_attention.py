@@ -58,6 +58,7 @@ from course_kit.attention import (availability, explain, gluon_flash, gluon_hopp
 from course_kit.benchmarks import attention as attention_bench
 from course_kit.notebook import md, show_source
 from course_kit.plots import attention as aplots
+from course_kit.plots.tables import Table
 from course_kit.widgets.attention import TilesExplorer
 
 # Triton is imported only where it can run: without it, the rest of the notebook still does
@@ -233,11 +234,15 @@ aplots.causal_tiles_figure(1000, 128, 64)
 # Count accesses to HBM (the GPU's main memory) for one head with sequence length `N`, head dim
 # `d`, and an on-chip SRAM of `M` elements. Standard attention writes `S = QKᵀ` (`N²`), reads it
 # back for the softmax, writes `P` (`N²`), reads it back for `PV`: **Θ(Nd + N²)** accesses.
-# FlashAttention keeps blocks of `Q`, `K`, `V` and `O` in SRAM; blocks of `≈ M/4d` rows fit, so `K`
-# and `V` stream past every query block in `≈ 4Nd/M` passes of `Θ(Nd)` each: **Θ(N²d²/M)**
-# accesses (Dao et al. 2022, Theorem 2, which also proves no exact algorithm does asymptotically
-# better for all `M` between `d` and `Nd`). Since `d²` (16,384 for d = 128) is smaller than `M`
-# (~10⁵ elements on a datacenter GPU), flash attention moves fewer bytes, and more so as `N` grows.
+# FlashAttention (Algorithm 1 of Dao et al. 2022) keeps blocks of `Q`, `K`, `V` and `O` in SRAM.
+# Its outer loop loads each block `K_j`, `V_j` **once** (`2Nd` in all); its inner loop then reads
+# `Q_i`, `O_i`, `ℓ_i`, `m_i` and writes `O_i`, `ℓ_i`, `m_i` back for every query block. Blocks of
+# `B_c ≈ M/4d` keys fit, so `Q` and `O` are re-read and re-written `T_c ≈ 4Nd/M` times, passes of
+# `Θ(Nd)` each: **Θ(N²d²/M)** accesses (Theorem 2). Proposition 3 shows that no exact algorithm
+# does asymptotically better for every `M` between `d` and `Nd`. The ratio of the two scales is
+# `M/(Nd) + M/d²`: it *falls* as `N` grows and levels off at `M/d²`. Since `d²` (16,384 for d = 128)
+# is smaller than `M` (~10⁵ elements on a datacenter GPU), flash attention moves fewer bytes, by a
+# factor that tends to a constant rather than growing with `N`.
 #
 # `io_complexity` counts the accesses exactly, line by line of the paper's algorithms and of the
 # course's kernel (whose loop order, FlashAttention-2's, reads `Q` once and `K`, `V` once per query
@@ -254,7 +259,7 @@ io_here = io_complexity.traffic(N, HEAD_DIM, TILE, TILE, True, sram_bytes, ELEM,
 print(f"M = {sram_bytes // 1024:,} KiB: {sram_source}")
 md(explain.explain_io_counts(N, HEAD_DIM, io_here["standard"], io_here["flash"], sram_bytes,
                              io_here["sram_elements"], kernel=io_here["kernel"])
-   + f" The Theorem's scales: Nd + N² = {io_here['theta_standard']:,.0f} and N²d²/M = {io_here['theta_flash']:,.0f}.")
+   + " " + explain.explain_theta(N, HEAD_DIM, io_here["sram_elements"]))
 aplots.traffic_figure(io_here["rows"], title=f"HBM traffic, B={BATCH}, H={HEADS}, S={N}, d={HEAD_DIM}, 2-byte elements")
 
 # %% [markdown]
@@ -378,10 +383,7 @@ if ok_triton:
         err = (out.double().cpu() - naive.reference_attention(q, k, v, causal=causal)).abs().max().item()
         checks.append({"shape": f"B={b} Hq={hq} Hkv={hkv} S={s} D={d}", "causal": causal,
                        "dtype": str(half).replace("torch.", ""), "max_abs_err": err, "ok": err < 3e-2})
-    fig = go.Figure(go.Table(header=dict(values=list(checks[0])),
-                             cells=dict(values=[[f"{c[key]:.2e}" if key == "max_abs_err" else c[key] for c in checks]
-                                                for key in checks[0]])))
-    fig.update_layout(height=60 + 35 * len(checks), margin=dict(t=10, b=10))
+    fig = Table(list(checks[0]), [[f"{c[key]:.2e}" if key == "max_abs_err" else c[key] for key in c] for c in checks])
 else:
     print(f"Skipped (Triton cannot run here): {why_triton}")
 fig
@@ -445,11 +447,10 @@ show_lines(sdpa_backends.backend_support, "sm = caps.sm", 'out["flash"] = (True'
 machines = {"T4 (sm_75)": (7, 5), "A100 (sm_80)": (8, 0), "L4 (sm_89)": (8, 9), "H100/H200 (sm_90)": (9, 0),
             "CPU": None}
 table = {name: sdpa_backends.backend_support(cap, torch.bfloat16, 128) for name, cap in machines.items()}
-fig = go.Figure(go.Table(header=dict(values=["bf16, head dim 128"] + list(table)),
-                         cells=dict(values=[list(sdpa_backends.BACKENDS)] + [
-                             [("✅ " if ok else "— ") + why for ok, why in col.values()] for col in table.values()])))
-fig.update_layout(height=260, margin=dict(t=10, b=10))
-fig
+# an HTML table (it wraps and takes the height it needs); ✓ and ✗ are in every text font, unlike ✅
+Table(["bf16, head dim 128"] + list(table),
+      [[backend] + [("✓ " if col[backend][0] else "✗ ") + col[backend][1] for col in table.values()]
+       for backend in sdpa_backends.BACKENDS])
 
 # %% [markdown]
 # And what the installed PyTorch actually runs here, on real inputs:
@@ -497,7 +498,7 @@ md(explain.explain_xformers(xf_ok, xf_why, xf_times))
 # speed, so on a CPU it is left out of the timings.
 
 # %%
-show_source(attention_bench.measure_case)
+show_lines(attention_bench.measure_case, "def run() -> dict:", "return out")
 
 # %%
 params = {"size": P["size"], "seq_lens": SEQ_LENS, "batch": BATCH, "heads": HEADS,
@@ -593,7 +594,7 @@ display_fig
 
 # %%
 if gluon_flash.HAS_GLUON:
-    show_source(gluon_flash._attend.fn, span="if PINGPONG:", head=34)
+    show_lines(gluon_flash._attend.fn, "if PINGPONG:", "turns += n_blocks + 1")
 else:
     print("This Triton has no Gluon (it arrived with Triton 3.5), so its source is not shown here.")
 
@@ -635,7 +636,7 @@ steps_record = own if DEVICE == "cuda" and own.get("steps") else ref
 if steps_record and steps_record.get("steps"):
     at = steps_record["summary"]["tflops_at_acceptance"]
     md(("Recorded on the reference " + str(steps_record["environment"].get("gpu")) + ": " if steps_record is ref else "")
-       + explain.explain_steps(steps_record["steps"], {"SDPA flash": at.get("sdpa flash"), "cuDNN": at.get("sdpa cudnn")}))
+       + explain.explain_steps(steps_record["steps"], at, steps_record["summary"].get("triton_variant")))
 else:
     print("No record of the forward's steps yet (they are timed by `course-kit bench attention` on a Hopper GPU).")
 
@@ -841,7 +842,8 @@ grading.check("08.causal_traffic_hidden", CAUSE)
 #   can be computed block by block.
 # - Flash attention tiles Q, K and V, rescales a running output with the same factor, and never
 #   writes the score matrix: linear memory, and Θ(N²d²/M) HBM accesses instead of Θ(Nd + N²)
-#   (Theorem 2), counted above for your shapes and SRAM and set against measured times.
+#   (Theorem 2; Proposition 3: no exact algorithm does better for every SRAM size), a saving that
+#   levels off as N grows, counted above for your shapes and SRAM and set against measured times.
 # - A Triton kernel of about a hundred lines, with exp2, an unmasked/masked split, heavy-first
 #   scheduling, pipelined (TMA) loads and a small autotune list, was timed beside FlashAttention-2
 #   and cuDNN in the same run, step by step and across a sweep; the recorded ratios above say where
@@ -852,8 +854,8 @@ grading.check("08.causal_traffic_hidden", CAUSE)
 # **Further reading**
 # - M. Milakov, N. Gimelshein, *Online normalizer calculation for softmax*, 2018.
 # - T. Dao, D. Fu, S. Ermon, A. Rudra, C. Ré, *FlashAttention: fast and memory-efficient exact
-#   attention with IO-awareness*, NeurIPS 2022 (Theorem 2 and Algorithms 0 and 1 are the IO counts
-#   of section 3b); T. Dao, *FlashAttention-2*, 2023; J. Shah et al., *FlashAttention-3*, 2024
+#   attention with IO-awareness*, NeurIPS 2022 (Algorithms 0 and 1, Theorem 2 and Proposition 3
+#   are the IO counts of section 3b); T. Dao, *FlashAttention-2*, 2023; J. Shah et al., *FlashAttention-3*, 2024
 #   (Hopper: TMA, warp specialisation, FP8).
 # - The Triton tutorials, *Fused Attention*; the PyTorch documentation of
 #   `torch.nn.functional.scaled_dot_product_attention` and `torch.nn.attention.sdpa_kernel`;

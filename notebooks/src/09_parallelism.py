@@ -282,25 +282,34 @@ md(f"Outputs, input gradients and every shard's weight gradients of the column/r
 # %% [markdown]
 # ### Sequence parallelism: the activations TP leaves whole
 #
-# Tensor parallelism splits what lies inside its column/row-parallel pairs. The LayerNorms, the
-# dropouts and the inputs of the first linear of each block sit outside them, so every GPU stores
-# them whole: 10 of the 34 bytes per token and hidden unit that a layer keeps for its backward pass
-# (Korthikanti et al. 2022). Those operations treat each token on its own, so *sequence
-# parallelism* splits them along the sequence: the all-reduce that ends a TP region becomes a
-# reduce-scatter (each GPU keeps its slice of the tokens), and the next TP region starts with an
-# all-gather. The same bytes travel, and every stored activation is divided by t.
+# Tensor parallelism splits what lies inside its column/row-parallel pairs. The norms (and a GPT
+# layer's dropouts) and the inputs of the first linear of each block sit outside them, so every GPU
+# stores them whole. Korthikanti et al. (2022) count what a GPT layer keeps for its backward pass:
+# 34 bytes per token and hidden unit, 10 of them outside TP. A Llama layer differs (RMSNorm,
+# grouped-query attention, a SwiGLU MLP of three matrices, no dropout), so `sequence.py` derives its
+# count with the paper's rules, and a test counts what autograd saves for the course's own Llama
+# block against it. Those operations treat each token on its own, so *sequence parallelism* splits
+# them along the sequence: the all-reduce that ends a TP region becomes a reduce-scatter (each GPU
+# keeps its slice of the tokens), and the next TP region starts with an all-gather. The same bytes
+# travel, and every stored activation is divided by t.
 
 # %%
 show_source(sequence.layer_activation_parts)
 
 # %%
-sp = sequence.sp_comparison(seq=4096, batch=1, hidden=seventy.hidden, heads=seventy.heads,
-                            layers=seventy.layers, tp=8, flash=True)
+llama_shape = dict(hidden=seventy.hidden, heads=seventy.heads, kv_heads=seventy.kv_heads, ffn=seventy.intermediate)
+sp = sequence.sp_comparison(seq=4096, batch=1, layers=seventy.layers, tp=8, flash=True, **llama_shape)
 display(pplots.gib_bars_figure({k: {"activations": v} for k, v in sp.items()},
                                title=f"{seventy.name}: stored activations per GPU, 4k tokens, flash attention",
                                capacity_bytes=h200, capacity_label="H200"))
 tp_only, with_sp = sp["TP=8"], sp["TP=8 + sequence parallel"]
-md(f"For {seventy.name} at 4,096 tokens (flash attention, so no score matrices are stored): "
+parts = sequence.layer_activation_parts(4096, 1, flash=True, **llama_shape)
+per_th = {region: sum(r["bytes"] for r in parts if r["region"] == region) / (4096 * seventy.hidden)
+          for region in ("seq", "tp")}
+gpt = sequence.layer_activation_bytes(4096, 1, seventy.hidden, seventy.heads, flash=True) / (4096 * seventy.hidden)
+md(f"A Llama layer of {seventy.name}'s shape keeps **{sum(per_th.values()):.1f}** bytes per token and hidden unit "
+   f"({per_th['seq']:.1f} of them outside TP's regions), where a GPT layer of the same width keeps {gpt:.1f}. "
+   f"For {seventy.name} at 4,096 tokens (flash attention, so no score matrices are stored): "
    f"{narrate.gib(sp['one GPU']):,.1f} GiB on one GPU, {narrate.gib(tp_only):,.1f} GiB per GPU with TP=8, "
    f"and {narrate.gib(with_sp):,.1f} GiB with sequence parallelism too: "
    f"{narrate.more_or_less(narrate.gib(with_sp), narrate.gib(tp_only), 'GiB')} TP alone.")
@@ -535,6 +544,17 @@ md(f"Ring attention on {WORLD} ranks equals attention over the full sequence to 
    f"**{max(r['full'] for r in cp):.1e}** (no mask) and **{max(r['causal'] for r in cp):.1e}** (causal). "
    + pexplain.explain_causal_blocks([r['causal_blocks'] for r in cp]))
 
+# %% [markdown]
+# How much faster can `n` ranks be? The fair one-rank peer runs the *same* kernel on the *same*
+# blocks (`blockwise_attention`: the sequence cut into `n` chunks, the blocks above the diagonal
+# skipped when causal). Counting computed scores, one rank does `n²` blocks without a mask and
+# `n(n+1)/2` with one, while the busiest ring rank, the last, does `n`: the split allows at most
+# `n`x, and `(n+1)/2`x causal (1.5x at 2 ranks), until the chunks are reordered (zigzag). Against
+# one whole `S x S` block on one rank the ratio would also count the block size.
+
+# %%
+show_source(context.speedup_bound)
+
 # %%
 md(pexplain.explain_ep_cp_speed(own, own_label, "ring_attention") + "\n\n"
    + (pexplain.explain_ep_cp_speed(ref2, "the 2x H200 record", "ring_attention") if ref2 is not None else ""))
@@ -550,9 +570,10 @@ md(pexplain.explain_ep_cp_speed(own, own_label, "ring_attention") + "\n\n"
 # pays one barrier whatever n is, then reads n-1 peer buffers.
 #
 # The model below takes its fixed parts from the records: two model sizes at TP=1 give the
-# effective read bandwidth and the per-layer cost, TP=2 gives each algorithm's base latency inside
-# a captured step. Only the hop latency and the bus bandwidth are assumptions, and they are
-# sliders. (An eager call's alpha from §2 would be the wrong figure here: it holds the host's
+# effective read bandwidth and the per-layer cost (two equations, two unknowns: solved exactly),
+# TP=2 gives each algorithm's base latency inside a captured step. To test it on points it was not
+# fitted to, each model's TP=2 times are also predicted from bases fitted on the other model alone.
+# Only the hop latency and the bus bandwidth are assumptions, and they are sliders. (An eager call's alpha from §2 would be the wrong figure here: it holds the host's
 # launch, which a captured step does not pay.)
 
 # %%
@@ -569,11 +590,23 @@ except ValueError as err:       # a record without two models at TP=1 and 2
     costs = None
 if costs is not None:
     fit_rows = tp_model.predict_record(costs_src, shapes, costs)
-    display(pplots.fit_table(fit_rows, title="2x H200 record: measured decode step against the model"))
-    md(tp_model.explain_fit(fit_rows) + f" Fitted: read bandwidth **{costs.hbm_Bps / 1e12:.2f} TB/s**, "
+    held = tp_model.held_out(costs_src, shapes)
+    display(pplots.fit_table(fit_rows, held, title="2x H200 record: measured decode step (CUDA graph) against the model"))
+    md(tp_model.explain_fit(fit_rows, held) + f" Fitted: read bandwidth **{costs.hbm_Bps / 1e12:.2f} TB/s**, "
        f"**{costs.per_layer_s * 1e6:.0f} µs** of fixed cost per layer, a captured all-reduce "
        f"**{costs.ring_base_s * 1e6:.1f} µs** (NCCL ring) and **{costs.one_shot_base_s * 1e6:.1f} µs** (one-shot) "
-       f"at 2 GPUs.")
+       f"at 2 GPUs.\n\n" + tp_model.explain_mode_choice(costs_src))
+    try:
+        tri = tp_model.fit_costs(costs_src, shapes, "triton_graph")
+    except (ValueError, KeyError) as err:       # a record without the Triton step at both sizes
+        print(f"No fit of the Triton step: {err}")
+    else:
+        tri_rows, tri_held = (tp_model.predict_record(costs_src, shapes, tri, "triton_graph"),
+                              tp_model.held_out(costs_src, shapes, "triton_graph"))
+        display(pplots.fit_table(tri_rows, tri_held, title="The same model fitted on the Triton step (one-shot all-reduce)"))
+        md("Fitted on the Triton step: " + tp_model.explain_fit(tri_rows, tri_held)
+           + f" Read bandwidth **{tri.hbm_Bps / 1e12:.2f} TB/s**, **{tri.per_layer_s * 1e6:.1f} µs** per layer, "
+           f"a one-shot all-reduce **{tri.one_shot_base_s * 1e6:.1f} µs** at 2 GPUs.")
     small = min((r for r in ref2["results"] if r["name"] == "all_reduce" and r["n"] == 2), key=lambda r: r["bytes"])
     md(f"In the 2x H200 record, the smallest eager all-reduce of §2 ({small['bytes']:,} bytes) took **{small['median_s'] * 1e6:.1f} µs** "
        f"per call; the captured one in the decode step, about {costs.ring_base_s * 1e6:.1f} µs: the eager call is "
@@ -683,8 +716,8 @@ grading.check("09.interleaved_bubble_hidden", WHY)
 # - Data parallelism replicates the model and all-reduces gradients: equal to DDP, one all-reduce
 #   per bucket. ZeRO shards its 16 bytes per parameter of training state by stage (optimizer
 #   state, gradients, weights); ZeRO-1 gives exactly DP's parameters.
-# - Sequence parallelism splits along the sequence the activations TP leaves whole (LayerNorm,
-#   dropout, the first linears' inputs), so all stored activations are divided by t.
+# - Sequence parallelism splits along the sequence the activations TP leaves whole (the norms, a GPT
+#   layer's dropouts, the first linears' inputs), so all stored activations are divided by t.
 # - Tensor parallelism splits matrices: column then row parallel needs one all-reduce per MLP and one
 #   per attention; the communication ops are transposes of each other in the backward pass. It pays
 #   for compute-bound work and, at batch 1, only once kernel launches are gone (CUDA graphs) and the
