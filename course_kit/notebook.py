@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from . import device, narrate, reference
+from .plots.tables import COLUMN_PX, Table, html_table  # noqa: F401 (COLUMN_PX: the width figures fit)
 from .device import has_cuda
 
 
@@ -100,51 +101,12 @@ def _display_bundle(bundle: dict) -> None:
     display(bundle, raw=True)
 
 
-COLUMN_PX = 1100    # the notebook column every table and figure must fit
-
-
-@dataclass(frozen=True)
-class Table:
-    """A table that wraps its text instead of cutting it (plotly's go.Table clips long cells mid-word):
-    HTML, as wide as the notebook column at most, with an optional background per cell. Cells are
-    course-made text and may hold simple HTML (<b>, <i>, <br>, <code>)."""
-    header: tuple
-    rows: tuple
-    fills: tuple | None = None
-    widths: tuple | None = None      # relative column widths, e.g. (2, 1, 1)
-
-    def _repr_html_(self) -> str:
-        cell = "padding:4px 8px;vertical-align:top;text-align:left;white-space:normal;overflow-wrap:anywhere;"
-        total = sum(self.widths) if self.widths else 0
-        cols = "".join(f"<col style='width:{100 * w / total:.1f}%'>" for w in self.widths) if total else ""
-        head = "".join(f"<th style='{cell}background:#e0e0e0'>{h}</th>" for h in self.header)
-        body = []
-        for i, row in enumerate(self.rows):
-            fills = self.fills[i] if self.fills else [None] * len(row)
-            body.append("<tr>" + "".join(f"<td style='{cell}{f'background:{f};' if f else ''}'>{v}</td>"
-                                         for v, f in zip(row, fills)) + "</tr>")
-        return (f"<table style='border-collapse:collapse;table-layout:auto;width:100%;max-width:{COLUMN_PX}px;"
-                f"font-size:13px;color:#111'><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead>"
-                f"<tbody>{''.join(body)}</tbody></table>")
-
-    def _repr_markdown_(self) -> None:   # the HTML is the table; no second rendering
-        return None
-
-    def __repr__(self) -> str:
-        lines = [" | ".join(str(h) for h in self.header)]
-        lines += [" | ".join(str(v) for v in row) for row in self.rows]
-        return "\n".join(lines)
-
-
-def table(header: list, rows: list, fills: list | None = None, widths: list | None = None) -> Table:
+def table(header: list, rows: list, fills: list | None = None, widths: list | None = None) -> "Table":
     """A wrapping table for a notebook cell (shown when it is the cell's last value, or with display):
-    `rows` is a list of rows of cell texts, `fills` the same shape of background colours (or None)."""
-    if any(len(r) != len(header) for r in rows):
-        raise ValueError(f"every row must have {len(header)} cells (the header's); got {[len(r) for r in rows]}")
-    if fills is not None and [len(f) for f in fills] != [len(r) for r in rows]:
-        raise ValueError("fills must have the rows' shape")
-    return Table(tuple(header), tuple(tuple(r) for r in rows),
-                 None if fills is None else tuple(tuple(f) for f in fills), None if widths is None else tuple(widths))
+    `rows` is a list of rows of cell texts (course-made, may hold simple HTML: <b>, <i>, <br>,
+    <code>), `fills` the same shape of background colours (or None), `widths` relative column widths."""
+    html_table(header, rows, raw_html=True, fills=fills, widths=widths)     # checks the shapes now
+    return Table(list(header), [list(r) for r in rows], raw_html=True, fills=fills, widths=widths)
 
 
 class quiet:

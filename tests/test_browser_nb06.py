@@ -72,6 +72,5 @@ def test_live_engine_run_with_another_policy_changes_numbers_and_figure(page):
 
 
 def test_outputs_fit_the_notebook_column(page):
-    from browser_support import wider_than_column
-    page.wait_for_timeout(1000)
-    assert not wider_than_column(page), wider_than_column(page)
+    from browser_support import assert_fits, check_layouts
+    assert_fits(check_layouts(page), "06_batching.ipynb")

@@ -43,7 +43,7 @@ class CaptureGallery:
         if method not in METHODS:
             raise ValueError(f"unknown capture method {method!r}; choose one of {METHODS}")
         self.trap = W.ToggleButtons(options=list(TRAPS), value=trap, description="trap",
-                                    style={"button_width": "170px"})
+                                    style={"button_width": "190px"})   # "data-dependent branch" whole
         self.method = W.ToggleButtons(options=list(METHODS), value=method, description="capture")
         self.verdict = W.HTML()
         self.out = W.Output()

@@ -41,7 +41,7 @@ import math
 import plotly.graph_objects as go
 import torch
 
-from course_kit import dtypes, narrate, notebook, widgets
+from course_kit import benchmarks, dtypes, narrate, notebook, widgets
 from course_kit.dtypes import memory
 from course_kit.benchmarks import dtypes as bench_dtypes
 from course_kit.dtypes import ops
@@ -363,7 +363,7 @@ show_source(bench_dtypes.make_inputs)
 own = None
 if RUN_GPU_BENCH:
     from course_kit import bench
-    own = bench.run_topic("dtypes", {"size": P["size"]})
+    own = benchmarks.run_topic("dtypes", {"size": P["size"]})
 ref = notebook.record("dtypes")
 series = {}
 if own is not None:

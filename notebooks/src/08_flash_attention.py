@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from IPython.display import HTML, Code, display
 
-from course_kit import attention, bench, notebook, widgets
+from course_kit import attention, bench, benchmarks, notebook, widgets
 from course_kit.roofline import ceilings as roofline
 from course_kit.attention import (availability, explain, gluon_flash, gluon_hopper, io_complexity, naive,
                                   online_softmax, sdpa_backends, tiled)
@@ -503,7 +503,7 @@ show_lines(attention_bench.measure_case, "def run() -> dict:", "return out")
 # %%
 params = {"size": P["size"], "seq_lens": SEQ_LENS, "batch": BATCH, "heads": HEADS,
           "d64_seq_lens": [SEQ_LENS[-1]] if DEVICE == "cuda" else [], "repeat": 2 if DEVICE == "cpu" else 20}
-own = bench.run_topic("attention", params)
+own = benchmarks.run_topic("attention", params)
 aplots.time_memory_figure(own["results"], head_dim=128, title=f"This machine ({own['environment'].get('gpu') or 'CPU'})")
 
 # %%

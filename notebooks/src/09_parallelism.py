@@ -48,7 +48,7 @@ PP_MICRO = [1, 2, 4, 8] if not P["smoke"] else [1, 4]                 # micro-ba
 # %%
 import torch
 
-from course_kit import bench, grading, narrate, notebook, widgets
+from course_kit import bench, benchmarks, grading, narrate, notebook, widgets
 from course_kit.dtypes import memory
 from course_kit.notebook import md, show_source
 from course_kit.parallel import explain as pexplain
@@ -128,7 +128,7 @@ show_source(comm.collective_time)
 # over the GPUs here, or small gloo groups on a CPU.
 
 # %%
-own = bench.run_topic("parallel", {"size": BENCH_SIZE, "models": BENCH_MODELS, "pp_m": PP_MICRO})
+own = benchmarks.run_topic("parallel", {"size": BENCH_SIZE, "models": BENCH_MODELS, "pp_m": PP_MICRO})
 ref2 = notebook.record("parallel", "h200x2", quiet=True)
 scaling = {slug: notebook.record("parallel", slug, quiet=True) for slug in ("h200x4", "h200x8")}
 scaling = {k: v for k, v in scaling.items() if v is not None}
