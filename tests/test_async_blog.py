@@ -7,13 +7,6 @@ from course_kit.benchmarks import async_blog
 from course_kit.streams.explain import explain_blog
 
 
-def test_idle_fraction_by_hand():
-    assert async_blog.idle_fraction([(1, 3), (2, 4), (6, 7)], (0, 10)) == pytest.approx(0.6)
-    assert async_blog.idle_fraction([(-5, 2)], (0, 4)) == pytest.approx(0.5)      # clipped to the window
-    assert async_blog.idle_fraction([], (0, 1)) is None
-    assert async_blog.idle_fraction([(0, 1)], None) is None
-
-
 def test_blog_case_runs_four_ways_in_one_run_on_cpu():
     from course_kit import bench
     rec = bench.run_topic("async", {"size": "smoke", "batches": [2], "new_tokens": 4, "blog": True,

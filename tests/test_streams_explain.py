@@ -69,6 +69,28 @@ def test_about_the_same_at_the_edge():
     assert "about as fast as" in text and "slower" not in text and "faster" not in text
 
 
+def test_the_engines_gpu_lane_is_never_called_gpu_idle():
+    sync = tl(("cpu", 0, 2), ("gpu", 2, 10))
+    asyn = tl(("cpu", 0, 2), ("gpu", 1, 9))
+    text = explain_pair(sync, asyn)
+    assert "GPU idle" not in text.split("(the host's picture")[0] and "step brackets" in text
+    worker = explain_pair(tl(("cpu", 0, 2), ("device", 2, 10)), tl(("cpu", 0, 2), ("device", 1, 9)),
+                          lanes=("cpu", "device"), device_lane="device", device_name="device")
+    assert worker.startswith("device idle: 20.0% (sync)")
+
+
+def test_which_mattered_follows_the_host_lanes_growth():
+    from course_kit.streams.explain import which_mattered
+    kw = dict(lanes=("cpu", "device"), device_lane="device")
+    real = overlap_figures(tl(("cpu", 0, 5), ("device", 5, 8)), tl(("cpu", 0, 7), ("device", 1, 9)), **kw)
+    ideal = overlap_figures(tl(("cpu", 0, 5), ("device", 5, 8)), tl(("cpu", 0, 5), ("device", 1, 6)), **kw)
+    text = which_mattered(real, ideal)
+    assert "competition for the CPU mattered" in text and "40% longer than in sync" in text
+    assert "about as long as in sync beside the sleeping device" in text
+    same = which_mattered(ideal, ideal)
+    assert "did not matter" in same and "mattered:" not in same
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="device_lane 'gpu' must be one of"):
         overlap_figures(tl(("cpu", 0, 1)), tl(("cpu", 0, 1)), lanes=("cpu", "device"))
@@ -96,7 +118,7 @@ CLAIM = {"source": "the blog", "model": "8B", "batch": 32, "sync_gpu_idle": 0.24
 
 
 def _row(system, mode, wall, idle=None, **kw):
-    return {"system": system, "mode": mode, "wall_s": wall, "tokens_per_s": 1000 / wall, "gpu_idle": idle, **kw}
+    return {"system": system, "mode": mode, "wall_s": wall, "tokens_per_s": 1000 / wall, "gpu_idle_fraction": idle, **kw}
 
 
 def test_blog_explainer_follows_each_system_and_records_a_failure():
@@ -107,6 +129,10 @@ def test_blog_explainer_follows_each_system_and_records_a_failure():
     text = explain_blog(rows, {"claim": CLAIM, "model": "llama-3-8b", "batch": 32, "new_tokens": 256,
                                "engine_tokens_identical": True})
     assert "GPU idle 20.0% (sync) → 1.0% (async)" in text and "20.0% less time in async mode" in text
+    with_overhead = explain_blog([_row("course engine", "sync", 10.0, 0.2, profiler_overhead=0.12),
+                                  _row("course engine", "async", 8.0, 0.05, profiler_overhead=0.18)],
+                                 {"claim": CLAIM, "model": "m", "batch": 4, "new_tokens": 6})
+    assert "the profiler slowed the runs by 12% and 18%" in with_overhead
     assert "at about the same as" not in text and "below the blog's 22%" not in text
     assert "about the same as the blog's 22%" in text          # 20% vs 22%: within 10%
     assert "sync mode ran at 50 tokens/s with the GPU idle 25.0%; async mode failed (RuntimeError: boom)" in text

@@ -86,13 +86,25 @@ def record_fields(summary: dict) -> dict:
             "kernels_per_step": summary.get("kernels_per_step")}
 
 
+def _config():
+    """Every thread's operators (the CPU engine's worker thread is its "device"), and no Python
+    event objects: the trace is all we read, and building them costs seconds on a GPU run."""
+    from torch._C._profiler import _ExperimentalConfig
+    for kwargs in ({"profile_all_threads": True, "trace_only": True}, {"profile_all_threads": True}, {}):
+        try:
+            return _ExperimentalConfig(**kwargs)
+        except TypeError:       # an older torch without these fields
+            continue
+    return None
+
+
 def profile_run(run: Callable[[], Any], unprofiled_s: float | None = None) -> Profile:
     """Profile one call of `run` (which marks its own steps) inside the "window" range. The caller
     gives the unprofiled wall time of the same work when it has timed it."""
     from torch.profiler import ProfilerActivity, profile, record_function
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if has_cuda() else [])
     _sync()
-    with quiet_stderr(), profile(activities=acts) as prof:
+    with quiet_stderr(), profile(activities=acts, experimental_config=_config()) as prof:
         t0 = time.perf_counter()
         with record_function(tr.WINDOW):
             run()
