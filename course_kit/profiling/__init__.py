@@ -7,7 +7,7 @@
 - `capture`: profiling a run in a pass of its own, with the profiler's overhead beside it;
 - `files`: the compressed traces kept next to the records, for Perfetto;
 - `memory`: what holds a training step's peak GPU memory, from a `torch.cuda.memory` snapshot;
-- `compile_logs`: `TORCH_LOGS` output (graph breaks, recompiles) captured in-process.
+- `compile_logs`: `TORCH_LOGS` output (graph breaks, recompiles) captured in-process, not on stderr.
 """
 from .intervals import idle_fraction, split_idle, union
 from .trace import CPU_OP_METHOD, GPU_IDLE_METHOD, summarize
