@@ -12,7 +12,7 @@ def test_traces_topic_profiles_the_lessons_and_keeps_their_traces(tmp_path):
     rec = bench.run_topic("traces", {"size": "smoke", "lessons": ["05", "07", "10"], "trace_dir": str(tmp_path),
                                      "progress": False})
     names = [r["name"] for r in rec["results"]]
-    assert names == ["05-eager", "07-sync", "07-async", "10-full"], rec["results"]
+    assert names == ["05-eager", "05-exercise", "07-sync", "07-async", "10-full"], rec["results"]
     for r in rec["results"]:
         assert r["method"] == profiling.CPU_OP_METHOD and "gpu_idle_fraction" not in r   # a CPU: no GPU idle
         assert r["steps"] >= 1 and r["kernels_per_step"] > 0 and r["profiler_overhead"] is not None
@@ -33,6 +33,9 @@ def test_unknown_lesson_and_size_are_refused():
 def test_gpu_traces_have_kernels_per_step_and_gpu_idle(tmp_path):
     rec = bench.run_topic("traces", {"size": "small_gpu", "lessons": ["05"], "trace_dir": str(tmp_path),
                                      "progress": False})
-    eager, graph = rec["results"]
+    eager, graph, exercise = rec["results"]
+    from course_kit.profiling import step_table
+    rows = step_table.step_rows(files.load("05-exercise", where=tmp_path))
+    assert len(rows) > 100 and {r["kind"] for r in rows} == {"matmul", "other"}
     assert eager["gpu_idle_method"] == graph["gpu_idle_method"] == profiling.GPU_IDLE_METHOD
     assert eager["kernels_per_step"] > 100 and graph["idle_fraction"] < eager["idle_fraction"]

@@ -5,7 +5,8 @@ Each lesson's own code runs in a profiled pass of its own (`profiling.profile_st
 `profile_run`, each step marked "step k"), after an unprofiled timing of the same work:
 
 - 03: the fused elementwise chain `bias + GELU + residual`, eager and compiled (`default`);
-- 05: one decode step at batch 1, eager and replayed as a CUDA graph (`DecodeGraphRunner`);
+- 05: one decode step at batch 1, eager and replayed as a CUDA graph (`DecodeGraphRunner`), and the
+  eager step at batch 4 that exercise 05.read_trace reads (`05-exercise`);
 - 07: the engine's sync and async loops on the same requests;
 - 10: the full engine of the capstone (CUDA graphs, fused blocks, async loop), one run.
 
@@ -40,7 +41,7 @@ def _spec(params: dict) -> dict:
     size = params.get("size", "cpu")
     if size not in SIZES:
         raise ValueError(f"size={size!r}; choose one of {sorted(SIZES)}")
-    return {**SIZES[size], **{k: v for k, v in params.items() if k in SIZES["full"]}}
+    return {**SIZES[size], **{k: v for k, v in params.items() if k in SIZES["full"] or k == "exercise"}}
 
 
 def _chain(spec: dict, dtype: torch.dtype, dev: str) -> list[tuple[str, str, profiling.Profile]]:
@@ -60,15 +61,18 @@ def _decode(spec: dict, dtype: torch.dtype, dev: str) -> list[tuple[str, str, pr
     from ..cuda_graphs import runner as cg
     from ..models import llama
     model = llama.Transformer.from_preset(spec["preset"], seed=0, dtype=dtype, device=dev)
-    variants = [("eager", False)] + ([("graph", True)] if dev == "cuda" else [])
+    # (variant, CUDA graphs, batch); "exercise": the step notebook 05's exercise 05.read_trace reads,
+    # at another batch than the lesson shows, so that no answer is displayed above the exercise
+    variants = [("eager", False, 1)] + ([("graph", True, 1)] if dev == "cuda" else [])
+    variants += [("exercise", False, 4)] if spec.get("exercise") else []
     out = []
-    for variant, graphs in variants:
-        r = cg.DecodeGraphRunner(model, max_batch=1, max_seq=64, use_graphs=graphs, verbose=False)
-        r.generate([[1] * 8], 2)
-        tok = torch.ones(1, dtype=torch.long, device=dev)
-        pos = torch.full((1,), 9, device=dev)
+    for variant, graphs, b in variants:
+        r = cg.DecodeGraphRunner(model, max_batch=b, max_seq=64, use_graphs=graphs, verbose=False)
+        r.generate([[1] * 8] * b, 2)
+        tok = torch.ones(b, dtype=torch.long, device=dev)
+        pos = torch.full((b,), 9, device=dev)
         prof = profiling.profile_steps(lambda r=r: r.step(tok, pos), steps=spec["steps"], warmup=2)
-        out.append((variant, f"{spec['preset']} decode step, batch 1, {variant}", prof))
+        out.append((variant, f"{spec['preset']} decode step, batch {b}, {'eager' if not graphs else 'graph'}", prof))
     return out
 
 
@@ -148,7 +152,7 @@ def run(params: dict) -> dict:
     results = []
     for lesson in bench.progress(lessons, desc="traces", disable=not params.get("progress", True)):
         try:
-            rows = profile_lesson(lesson, params)
+            rows = profile_lesson(lesson, {**params, "exercise": True})
         except Exception as err:  # noqa: BLE001 - one lesson failing must not lose the others
             results.append({"name": lesson, "lesson": lesson, "error": f"{type(err).__name__}: {err}"[:600]})
             continue

@@ -10,7 +10,8 @@ from plotly.subplots import make_subplots
 
 from ..profiling import intervals as iv
 
-_KIND_COLOUR = {"kernel": "#1f77b4", "memcpy": "#2ca02c", "memset": "#8c564b", "cpu_op": "#9467bd"}
+_KIND_COLOUR = {"kernel": "#1f77b4", "memcpy": "#2ca02c", "memset": "#8c564b", "cpu_op": "#9467bd",
+                "matmul": "#1f77b4", "other": "#ff7f0e"}
 GAP_COLOUR = "#d62728"
 GAP_LANE = "launch gaps"
 LANE_PX = 34          # height per lane: labels never pile up, however many lanes

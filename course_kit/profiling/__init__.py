@@ -6,6 +6,8 @@
   per step, launch gaps, top kernels);
 - `capture`: profiling a run in a pass of its own, with the profiler's overhead beside it;
 - `files`: the compressed traces kept next to the records, for Perfetto;
+- `explain`: what a profiled run shows, in words that follow its numbers;
+- `step_table`: one decode step as a table of kernels (notebook 05's exercise 05.read_trace);
 - `memory`: what holds a training step's peak GPU memory, from a `torch.cuda.memory` snapshot;
 - `compile_logs`: `TORCH_LOGS` output (graph breaks, recompiles) captured in-process, not on stderr.
 """
