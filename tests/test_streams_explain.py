@@ -89,6 +89,8 @@ def test_which_mattered_follows_the_host_lanes_growth():
     assert "about as long as in sync beside the sleeping device" in text
     same = which_mattered(ideal, ideal)
     assert "did not matter" in same and "mattered:" not in same
+    reverse = which_mattered(ideal, real)        # the host grew more beside the sleeping device
+    assert "does not explain the stretch" in reverse and "within" not in reverse
 
 
 def test_bad_arguments():

@@ -78,7 +78,7 @@ def gantt_pair(runs: Mapping[str, Sequence[Mapping]], title: str, thresholds: Ma
     built = [_traces(runs[n], (thresholds or {}).get(n, 1.0), set()) for n in names]
     heights = [max(len(lanes), 2) for _, lanes in built]
     fig = make_subplots(rows=len(names), cols=1, subplot_titles=names, row_heights=heights,
-                        vertical_spacing=0.3 / len(names))
+                        vertical_spacing=min(0.12, 0.45 / len(names)))
     shown: set[str] = set()
     for i, (traces, lanes) in enumerate(built, start=1):
         for t in traces:
@@ -86,7 +86,7 @@ def gantt_pair(runs: Mapping[str, Sequence[Mapping]], title: str, thresholds: Ma
             shown.add(t.legendgroup)
             fig.add_trace(t, row=i, col=1)
         fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(lanes)), row=i, col=1)
-        fig.update_xaxes(title_text="time (ms)", row=i, col=1)
+    fig.update_xaxes(title_text="time (ms), from each run's first activity", row=len(names), col=1)
     fig.update_layout(title=title, barmode="overlay", bargap=0.25, margin=dict(l=10, r=10, t=70, b=40),
                       height=120 + 70 * len(names) + LANE_PX * sum(heights),
                       legend=dict(orientation="h", y=-0.12))

@@ -109,8 +109,10 @@ def idle_and_throughput(rows: Sequence[Mapping], x: str = "batch", group: str | 
                                  showlegend=False), 1, 2)
     fig.update_yaxes(title_text="share of wall time", tickformat=".0%", row=1, col=1)
     fig.update_yaxes(title_text="tokens / s", row=1, col=2)
-    fig.update_xaxes(title_text=x, type="log", row=1, col=1)
-    fig.update_xaxes(title_text=x, type="log", row=1, col=2)
+    ticks = sorted({r[x] for r in rows})      # every measured value, whole: no "2, 5" without its decade
+    for col in (1, 2):
+        fig.update_xaxes(title_text=x, type="log", tickmode="array", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks],
+                         row=1, col=col)
     fig.update_layout(title=title, height=420)
     return fig
 

@@ -59,15 +59,17 @@ def _span(e: Mapping) -> tuple[float, float]:
     return ts, ts + float(e.get("dur", 0.0))
 
 
-def annotations(evs: Iterable[Mapping]) -> tuple[list[tuple[int, float, float]], tuple[float, float] | None]:
-    """Host-side step ranges [(k, start, end)] named "step k", and the "window" range (or None)."""
+def annotations(evs: Iterable[Mapping], tid: object = None) -> tuple[list[tuple[int, float, float]], tuple[float, float] | None]:
+    """Host-side step ranges [(k, start, end)] named "step k" (of thread `tid` only, when given), and
+    the "window" range (or None)."""
     steps, window = [], None
     for e in evs:
         if e.get("cat") != "user_annotation":
             continue
         m = STEP.match(e.get("name", ""))
         if m:
-            steps.append((int(m.group(1)), *_span(e)))
+            if tid is None or e.get("tid") == tid:
+                steps.append((int(m.group(1)), *_span(e)))
         elif e.get("name") == WINDOW:
             window = _span(e) if window is None else (min(window[0], _span(e)[0]), max(window[1], _span(e)[1]))
     return sorted(steps, key=lambda s: s[1]), window
@@ -106,14 +108,18 @@ def gpu_activities(evs: list[Mapping]) -> list[Activity]:
 
 
 def cpu_activities(evs: list[Mapping]) -> list[Activity]:
-    """The outermost ATen operators of each thread (nested ones are inside them), with their step."""
+    """The outermost ATen operators of each thread (nested ones are inside them), each attributed to
+    the step range of its own thread that holds it (the engine's worker thread marks its steps too),
+    else to any thread's."""
     steps, _ = annotations(evs)
-    by_thread: dict[str, list[Mapping]] = {}
+    by_thread: dict[object, list[Mapping]] = {}
     for e in evs:
         if e.get("cat") == "cpu_op":
-            by_thread.setdefault(f"thread {e.get('tid', '?')}", []).append(e)
+            by_thread.setdefault(e.get("tid", "?"), []).append(e)
     out = []
-    for lane, ops in by_thread.items():
+    for tid, ops in by_thread.items():
+        lane = f"thread {tid}"
+        steps = annotations(evs, tid)[0] or annotations(evs)[0]
         end = float("-inf")
         for e in sorted(ops, key=lambda e: (float(e["ts"]), -float(e.get("dur", 0.0)))):
             a, b = _span(e)
