@@ -18,7 +18,8 @@ def test_traces_topic_profiles_the_lessons_and_keeps_their_traces(tmp_path):
         assert r["steps"] >= 1 and r["kernels_per_step"] > 0 and r["profiler_overhead"] is not None
         assert (tmp_path / r["trace_file"]).stat().st_size == r["trace_bytes"] < files.MAX_BYTES
         kept = files.load(r["name"], where=tmp_path)
-        assert profiling.summarize(kept)["steps"] <= 3            # the first steps only
+        # a time window around 3 steps from the middle (an overlapping neighbour may show at an edge)
+        assert profiling.summarize(kept)["steps"] <= min(5, r["steps"])
     assert set(rec["summary"]) == set(names) and "trace" not in rec["results"][0]
 
 

@@ -10,7 +10,7 @@ Each lesson's own code runs in a profiled pass of its own (`profiling.profile_st
 - 07: the engine's sync and async loops on the same requests;
 - 10: the full engine of the capstone (CUDA graphs, fused blocks, async loop), one run.
 
-It keeps each trace's first steps in `<trace_dir>/<lesson>-<variant>.trace.json.gz` (under 2 MB,
+It keeps a few steps from the middle of each trace in `<trace_dir>/<lesson>-<variant>.trace.json.gz` (under 2 MB,
 for https://ui.perfetto.dev) and records every summary: GPU idle (named by its method) split between
 and within steps, kernels per step, launch gaps, top kernels, the profiler's overhead. On a CPU the
 same code profiles the CPU operators (the learner's own trace, and how the topic is tested).
@@ -141,7 +141,7 @@ def profile_lesson(lesson: str, params: dict) -> list[dict]:
 
 
 def save_row(row: dict, where: Path | str, steps: int = 3) -> Path:
-    """Keep a profiled row's trace (its first `steps` steps, gzipped) as <where>/<name>.trace.json.gz."""
+    """Keep a profiled row's trace (`steps` steps from its middle, gzipped) as <where>/<name>.trace.json.gz."""
     return files.save(row["trace"], row["name"], where=where, steps=steps)
 
 

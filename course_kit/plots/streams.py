@@ -47,8 +47,10 @@ def gantt(timeline: Timeline | Iterable[Mapping], title: str = "Timeline",
     tl = _as_timeline(timeline)
     fig = go.Figure(_gantt_traces(tl, {}, set(), lanes))
     order = list(lanes) if lanes is not None else tl.lanes
+    # height per lane; the legend below the chart, where it never squeezes the lanes or gets cut
     fig.update_layout(title=title, barmode="overlay", xaxis_title="time (ms)",
-                      height=140 + 45 * len(order), legend_title="work")
+                      height=190 + 44 * len(order), legend_title="work",
+                      legend=dict(orientation="h", y=-0.35), margin=dict(l=10, r=10, t=60, b=40))
     fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(order)))
     return fig
 
@@ -117,13 +119,18 @@ def idle_and_throughput(rows: Sequence[Mapping], x: str = "batch", group: str | 
     return fig
 
 
+def _plain(v: float) -> str:
+    """A bar's label without exponent notation: 3,120 rather than 3.12e+03."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
 def bars(rows: Sequence[Mapping], x: str, y: str, title: str = "", y_title: str = "",
          colour: str | None = None) -> go.Figure:
     """A plain bar chart of `y` per `x` (the capstone's table as a figure)."""
     fig = go.Figure(go.Bar(x=[str(r[x]) for r in rows], y=[r[y] for r in rows],
                            marker_color=colour or _PALETTE[0],
-                           text=[f"{r[y]:.3g}" for r in rows], textposition="outside"))
-    fig.update_layout(title=title, yaxis_title=y_title or y, height=400)
+                           text=[_plain(r[y]) for r in rows], textposition="outside", cliponaxis=False))
+    fig.update_layout(title=title, yaxis_title=y_title or y, height=400, yaxis_tickformat=",.0f")
     return fig
 
 

@@ -1,7 +1,7 @@
 """The traces kept next to the records: `data/reference/<slug>/traces/<name>.trace.json.gz`.
 
 A whole run's trace is tens of megabytes; a learner needs a few steps of it. `keep_window` keeps the
-events of the first `steps` steps (and the process/thread names), `save` writes it gzipped and
+events of `steps` consecutive steps from the middle of the run (and the process/thread names), `save` writes it gzipped and
 shrinks it until it is under `max_bytes` (first dropping the host's operator events, then steps),
 so every kept trace opens quickly in https://ui.perfetto.dev (drag the file in) or chrome://tracing.
 """
@@ -27,15 +27,16 @@ def folder(slug: str | None = None) -> Path:
 
 
 def keep_window(trace: Mapping, steps: int | None = 3, drop_cats: tuple[str, ...] = ()) -> dict:
-    """A copy of `trace` holding only the first `steps` profiled steps (None: all), the metadata events
-    and nothing of the categories in `drop_cats`."""
+    """A copy of `trace` holding only `steps` consecutive profiled steps from the middle of the run
+    (None: all), the metadata events and nothing of the categories in `drop_cats`."""
     evs = trace.get("traceEvents", [])
     xs = tr.events(evs)
     ranges, window = tr.annotations(xs)
     lo, hi = (window or (float("-inf"), float("inf")))
     if steps is not None and ranges:
-        kept = sorted(ranges, key=lambda r: r[1])[:steps]
-        lo, hi = kept[0][1], kept[-1][2]
+        ks = tr.middle(sorted({r[0] for r in ranges}), steps)
+        kept = sorted((r for r in ranges if r[0] in ks), key=lambda r: r[1])
+        lo, hi = kept[0][1], max(r[2] for r in kept)
         # the GPU work of the kept steps ends after their host ranges
         acts = [a for a in tr.gpu_activities(xs) if a.step in {r[0] for r in kept}]
         hi = max([hi] + [a.end_us for a in acts])
@@ -61,7 +62,7 @@ def _gz(trace: Mapping) -> bytes:
 
 def save(trace: Mapping, name: str, slug: str | None = None, steps: int = 3, max_bytes: int = MAX_BYTES,
          where: Path | str | None = None) -> Path:
-    """Write the first `steps` steps of `trace` to <folder>/<name>.trace.json.gz, under `max_bytes`."""
+    """Write `steps` steps from the middle of `trace` to <folder>/<name>.trace.json.gz, under `max_bytes`."""
     if not name or "/" in name or name.startswith("."):
         raise ValueError(f"trace name {name!r} must be a plain file name")
     target = Path(where or folder(slug)) / f"{name}{SUFFIX}"

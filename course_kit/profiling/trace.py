@@ -208,13 +208,20 @@ def summarize(trace: Mapping | list, top: int = 10) -> dict:
     }
 
 
+def middle(ks: list[int], n: int) -> list[int]:
+    """`n` consecutive steps from the middle of `ks`: a steady step, not the first one (which also
+    starts threads, prefills prompts and warms caches)."""
+    first = max(0, (len(ks) - n) // 2)
+    return ks[first:first + n]
+
+
 def gantt_rows(trace: Mapping | list, steps: int | None = 3, max_rows: int = 4000) -> list[dict]:
-    """Activities of the first `steps` steps that ran (all when None), for a Gantt chart: lane, name,
-    start and end in µs from the first one shown, step, kind. At most `max_rows`."""
+    """Activities of `steps` consecutive steps from the middle of the run (all when None), for a Gantt
+    chart: lane, name, start and end in µs from the first one shown, step, kind. At most `max_rows`."""
     _, acts = activities(trace)
     ks = sorted({a.step for a in acts if a.step is not None})
     if steps is not None and ks:
-        keep = set(ks[:steps])
+        keep = set(middle(ks, steps))
         acts = [a for a in acts if a.step in keep]
     acts = acts[:max_rows]
     t0 = min((a.start_us for a in acts), default=0.0)
