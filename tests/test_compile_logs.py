@@ -23,3 +23,6 @@ def test_graph_breaks_and_recompiles_are_captured_not_printed(capfd):
     after = [h for lg in compile_logs._torch_loggers() for h in lg.handlers]
     assert after and not any(isinstance(h, compile_logs._Keep) for h in after)   # torch's own handlers back
     assert compile_logs.as_block(["a", "b", "c"], limit=2) == "a\nb\n... 1 more lines"
+    short = compile_logs.essentials(lines)
+    assert short and len(short) < len(lines) and any("Graph break in user code" in x for x in short)
+    assert all(x.strip() != "[graph_breaks]" for x in short)

@@ -58,6 +58,16 @@ def captured(graph_breaks: bool = True, recompiles: bool = True) -> Iterator[lis
         torch._logging.set_logs()      # back to the defaults (TORCH_LOGS, if set, still applies)
 
 
+_ESSENTIAL = ("Graph break in user code", "Graph Break Reason", "Unsupported", "Explanation:", "Hint:",
+              "Recompiling function", "triggered by", "- ", "Graph break from")
+
+
+def essentials(lines: list[str]) -> list[str]:
+    """The lines a reader needs: where each graph break happened and why, which guard made each
+    recompile; the debug context, stack attributions and blank lines left out."""
+    return [line for line in lines if line.split("] ", 1)[-1].strip().startswith(_ESSENTIAL)]
+
+
 def as_block(lines: list[str], limit: int = 60) -> str:
     """The captured lines as one text block for a notebook (the first `limit` lines)."""
     shown = lines[:limit]

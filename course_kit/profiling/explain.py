@@ -38,17 +38,20 @@ def describe(s: Mapping, where: str) -> str:
         text += (f" ({s['idle_between_steps']:.1%} between steps, waiting for the host; "
                  f"{s['idle_within_steps']:.1%} inside steps, between one step's {unit})")
     gaps = s.get("launch_gaps") or {}
-    if gaps.get("per_step"):
-        text += (f". Inside a step, {gaps['per_step']:.0f} gaps of at least {gaps['threshold_us']:g} µs, "
-                 f"{gaps['median_us']:.1f} µs each (median)")
+    if gaps.get("count"):
+        n = gaps["per_step"]
+        text += (f". Inside a step, {n:.1f} gaps of at least {gaps['threshold_us']:g} µs on average"
+                 if n < 10 else f". Inside a step, {n:.0f} gaps of at least {gaps['threshold_us']:g} µs")
+        text += f", {gaps['median_us']:.1f} µs each (median)"
     top = (s.get("top_kernels") or [None])[0]
     if top:
-        text += (f". The costliest {unit[:-1]}: `{top['name'][:70]}`, {top['calls_per_step']:.0f} calls for "
-                 f"{_us(top['per_step_us'])} per step ({top['share']:.0%} of all {unit[:-1]} time)")
+        calls = top["calls_per_step"]
+        text += (f". The costliest {unit[:-1]}: `{top['name'][:70]}`, {calls:.0f} call{'s' if round(calls) != 1 else ''} "
+                 f"for {_us(top['per_step_us'])} per step ({top['share']:.0%} of all {unit[:-1]} time)")
     text += "."
     if s.get("profiler_overhead") is not None:
         o = s["profiler_overhead"]
-        text += (f" The profiled pass took {s['profiled_wall_s'] * 1e3:.1f} ms against {s['unprofiled_wall_s'] * 1e3:.1f} ms "
+        text += (f" The profiled pass took {_us(s['profiled_wall_s'] * 1e6)} against {_us(s['unprofiled_wall_s'] * 1e6)} "
                  f"unprofiled ({'+' if o >= 0 else '−'}{abs(o):.0%}: the profiler's own cost")
         if s.get("idle_fraction_corrected") is not None and s.get("device") == "cuda":
             text += (f"; with the same kernel time in the unprofiled run's window, GPU idle would be "
