@@ -86,7 +86,7 @@ if own_launch["ratio"]:
                           SAME_GPU["summary"]["launch_ratio"] if SAME_GPU else None, "x", 2)
     heads.append(h)
     text += (f" Inside one graph replay it costs **{own_launch['graph_us_per_kernel']:.2f} µs**: a replayed "
-             f"kernel ran **{h.text}** faster than an eager one.")
+             f"kernel ran **{narrate.ratio_words(own_launch['ratio'])}** an eager one (the ratio: {h.text}).")
 if REF:
     r = REF["summary"]
     text += (f" Recorded on the reference {REF['environment']['gpu']}: a replayed kernel ran "

@@ -111,7 +111,7 @@ if conc_speedup is not None:
                           (SAME_GPU_STREAMS or {}).get("summary", {}).get("spin_concurrency_speedup") if ON_GPU else None,
                           "x", 2)
     md(here(f"The same four kernels finish **{words}** on one stream when each has its own stream "
-            f"({h.text} sooner). Nothing about the kernels changed: only the queue they were put on."),
+            f"(the ratio: {h.text}). Nothing about the kernels changed: only the queue they were put on."),
        headlines=[h] if ON_GPU else None)
 else:
     md("No GPU here and no recorded run yet: run `course-kit bench streams` on a GPU to fill this in.")
