@@ -87,10 +87,12 @@ def record_fields(summary: dict) -> dict:
 
 
 def _config():
-    """Every thread's operators (the CPU engine's worker thread is its "device"), and no Python
-    event objects: the trace is all we read, and building them costs seconds on a GPU run."""
+    """No Python event objects (the trace is all we read, and building them costs seconds on a GPU
+    run); on a CPU, every thread's operators too (the CPU engine's worker thread is its "device"; on a
+    GPU the host launches from one thread, and the kernels come from CUPTI)."""
     from torch._C._profiler import _ExperimentalConfig
-    for kwargs in ({"profile_all_threads": True, "trace_only": True}, {"profile_all_threads": True}, {}):
+    threads = {} if has_cuda() else {"profile_all_threads": True}
+    for kwargs in ({**threads, "trace_only": True}, threads, {}):
         try:
             return _ExperimentalConfig(**kwargs)
         except TypeError:       # an older torch without these fields

@@ -457,6 +457,15 @@ splots.idle_and_throughput(own["results"], x="batch", group="model",
                            title=f"This machine ({own['environment'].get('gpu') or 'CPU'})")
 
 # %%
+# on a GPU every row carries both figures: the step brackets' (host) and the profiler's (GPU idle)
+gpu_rows = [r for r in own["results"] if r.get("gpu_idle_fraction") is not None]
+if gpu_rows:
+    r = max(gpu_rows, key=lambda r: abs(r["gpu_idle_fraction"] - r["host_step_gap_fraction"]))
+    md("This machine, the case where they differ most: " + pexplain.event_vs_profiler(
+        r["host_step_gap_fraction"], r["gpu_idle_fraction"], r.get("gpu_idle_within_steps"),
+        f"{r['model']} at batch {r['batch']}, {r['mode']} loop"))
+
+# %%
 ref_async = notebook.record("async", quiet=True)
 if ref_async is None:
     notebook.banner("No H200 record of <code>course-kit bench async</code> yet; it will appear here once recorded.",
