@@ -27,6 +27,8 @@ Foundation:
     reference       recorded results under data/reference/<gpu-slug>/
     traces          where request traces live (data/traces/) and how a name finds one
     narrate         the words of "what just happened": comparisons whose wording follows the numbers
+    profiling       the profiler as the instrument: GPU idle from kernel intervals, traces, memory
+                    snapshots, TORCH_LOGS (03, 05, 07, 10, 02)
 Layers on top:
     plots           pure functions that return plotly figures; one module per topic
     widgets         ipywidgets UIs on the lessons' pure functions

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 EXIT_USAGE = 2
+EXIT_BUSY = 3          # `course-kit record` refused: the GPU is in use by something else
 
 
 class UsageError(Exception):
@@ -114,8 +115,11 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _record(args: argparse.Namespace) -> int:
-    """Execute every notebook with papermill on this device; executed copies go beside the records,
-    each plotly figure with a PNG too (plots/static.py), with the run's log in record.log."""
+    """Execute every notebook with papermill on this device, one at a time, each on a GPU that nothing
+    else uses (checked before it starts, stamped in its metadata; refused when busy unless
+    --allow-busy); executed copies go beside the records, each plotly figure with a PNG too
+    (plots/static.py), with the run's log in record.log. Each copy's headline figures are checked
+    against the record of the same GPU (notebook.headline_problems) and any problem is reported."""
     from . import nbbuild, reference
 
     folder = _writable_folder(Path(args.out) if args.out else reference.root() / reference.gpu_slug() / "notebooks")
@@ -130,8 +134,21 @@ def _record(args: argparse.Namespace) -> int:
             if target.is_file():
                 print(f"{nb.name:<36} {_finish(target)}", flush=True)
         return 0
+    from .profiling import quiet
+    try:
+        with quiet.lock():
+            return _record_all(notebooks, folder, args)
+    except quiet.Busy as err:
+        print(f"course-kit record: {err}", file=sys.stderr)
+        return EXIT_BUSY
+
+
+def _record_all(notebooks: list[Path], folder: Path, args: argparse.Namespace) -> int:
+    """Each notebook in turn, on a quiet GPU (checked, waited for, stamped), its headlines checked."""
     import papermill
-    failed = []
+
+    from .profiling import quiet
+    failed, problems = [], 0
     # the kernels papermill starts inherit this: widgets add a PNG, progress bars stay out
     previous = os.environ.get("COURSE_KIT_STATIC_FIGURES")
     os.environ["COURSE_KIT_STATIC_FIGURES"] = "1"
@@ -140,6 +157,11 @@ def _record(args: argparse.Namespace) -> int:
     say(f"== course-kit record on {_machine_label()}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
     try:
         for nb in notebooks:
+            state = quiet.wait_quiet(patience_s=args.wait)
+            if not state["quiet"] and not args.allow_busy:
+                say(f"{nb.name:<36} refused: {quiet.describe(state)}. Stop what uses the GPU and run again, "
+                    f"or pass --allow-busy to record anyway (the copy is then stamped as not alone).")
+                return EXIT_BUSY
             start = time.perf_counter()
             target = folder / nb.name
             try:
@@ -154,16 +176,37 @@ def _record(args: argparse.Namespace) -> int:
                 else:
                     status = f"FAILED: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
                     failed.append(nb.name)
+            found: list[str] = []
             if target.is_file():
+                found = stamp(target, state, args.allow_busy)
+                problems += len(found)
                 status += f"  ({_finish(target)})"
-            say(f"{nb.name:<36} {time.perf_counter() - start:7.1f} s  {status}")
+            say(f"{nb.name:<36} {time.perf_counter() - start:7.1f} s  {status}  [{quiet.describe(state)}]")
+            for p in found:
+                say(f"    headline problem: {p}")
     finally:
         log.close()
         if previous is None:
             os.environ.pop("COURSE_KIT_STATIC_FIGURES", None)
         else:
             os.environ["COURSE_KIT_STATIC_FIGURES"] = previous
-    return 1 if failed else 0
+    if problems:
+        print(f"course-kit record: {problems} headline figure(s) differ from the record by more than 15% without "
+              f"saying so (listed above and in record.log)", file=sys.stderr)
+    return 1 if failed or problems else 0
+
+
+def stamp(executed: Path, state: dict, allowed_busy: bool) -> list[str]:
+    """Write the GPU's state at the start into the executed copy's metadata, and the headline figures
+    that differ from the record without saying so (`notebook.headline_problems`); return those."""
+    from .notebook import headline_problems
+    nb = json.loads(Path(executed).read_text())
+    found = headline_problems(nb)
+    meta = nb.setdefault("metadata", {}).setdefault("course_kit", {})
+    meta["recording"] = {**state, "alone": bool(state.get("quiet")), "allowed_busy": allowed_busy,
+                         "one_notebook_at_a_time": True, "headline_problems": found}
+    Path(executed).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    return found
 
 
 def unexpected_errors(executed: Path) -> list[int]:
@@ -212,6 +255,10 @@ def build_parser() -> argparse.ArgumentParser:
     record.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
     record.add_argument("--finish-only", action="store_true",
                         help="execute nothing: add PNGs to the executed copies already in the folder and shrink them")
+    record.add_argument("--allow-busy", action="store_true",
+                        help="record even when another process computes on the GPU (the copy is stamped so)")
+    record.add_argument("--wait", type=float, default=20.0,
+                        help="seconds to wait for the GPU to become quiet before each notebook (default 20)")
     record.set_defaults(func=_record)
 
     # Subcommands owned by other modules: grading (release, grade) and serving (serve).

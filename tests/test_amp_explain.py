@@ -121,6 +121,9 @@ def test_explain_logit_grads_both_sides():
 
 
 def test_explain_step_speed_both_ways():
+    named = X.explain_step_speed({"fp32": 0.4, "bf16": 0.06}, "cuda", "NVIDIA H200")
+    assert named.startswith("On this NVIDIA H200,") and "this cuda" not in named     # issue 41 item 9
+    assert X.explain_step_speed({"fp32": 0.4, "bf16": 0.06}, "cuda").startswith("On this GPU,")
     fast = X.explain_step_speed({"fp32": 0.4, "bf16": 0.06, "tf32": 0.13}, "cuda")
     assert "6.67x faster than strict fp32" in fast and "noise" not in fast
     slow = X.explain_step_speed({"fp32": 0.016, "bf16": 0.020, "tf32": 0.013}, "cpu")
@@ -167,3 +170,24 @@ def test_peak_memory_with_base_and_no_leak():
     text = X.explain_peak_memory(rows)
     assert X.step_peak_gib(rows) == {"fp32": 19.0, "bf16": 25.0}
     assert "leak" not in text and "6 GiB more than fp32" in text
+
+
+def _mb(peak, phase, **cats):
+    from course_kit.profiling import memory as M
+    names = {"w": M.WEIGHTS, "g": M.GRADS, "o": M.OPT_STATE, "c": M.CAST, "a": M.ACTIVATIONS}
+    by = {names[k]: int(v * 2**30) for k, v in cats.items()}
+    return {"memory_breakdown": {"peak_bytes": int(peak * 2**30), "peak_phase": phase, "by_category": by}}
+
+
+def test_memory_breakdown_explained_both_ways():
+    lower = [{"name": "fp32", **_mb(10, "backward", w=1, g=1, o=2, a=6)},
+             {"name": "bf16", **_mb(7.5, "backward", w=1, g=1, o=2, c=0.5, a=3)}]
+    text = X.explain_memory_breakdown(lower)
+    assert "peak **10.00 GiB**" in text and "activations (saved for backward), 6.00 GiB (60%)" in text
+    assert "2.5 GiB less than fp32" in text and "3.00 GiB against 6.00 GiB (0.50x)" in text
+    assert "adds 0.50 GiB" in text and "did not lower" not in text
+    higher = [{"name": "fp32", **_mb(5, "backward", w=1, g=1, o=2, a=1)},
+              {"name": "bf16", **_mb(5.2, "forward", w=1, g=1, o=2, c=0.6, a=0.6)}]
+    text = X.explain_memory_breakdown(higher)
+    assert "0.2 GiB more than fp32" in text and "did not lower the peak" in text
+    assert X.explain_memory_breakdown([{"name": "fp32"}]).startswith("This record has no memory snapshot")

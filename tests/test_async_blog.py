@@ -9,13 +9,6 @@ from course_kit.models.hf import model_to_hf
 from course_kit import benchmarks
 
 
-def test_idle_fraction_by_hand():
-    assert async_blog.idle_fraction([(1, 3), (2, 4), (6, 7)], (0, 10)) == pytest.approx(0.6)
-    assert async_blog.idle_fraction([(-5, 2)], (0, 4)) == pytest.approx(0.5)      # clipped to the window
-    assert async_blog.idle_fraction([], (0, 1)) is None
-    assert async_blog.idle_fraction([(0, 1)], None) is None
-
-
 def test_blog_case_runs_four_ways_in_one_run_on_cpu():
     rec = benchmarks.run_topic("async", {"size": "smoke", "batches": [2], "new_tokens": 4, "blog": True,
                                     "progress": False})

@@ -45,7 +45,7 @@ def test_greedy_tokens_match_reference(model, prompts, reference, policy, mode, 
     assert eng.blocks.num_used_blocks == 0
     t = eng.timing()
     assert t["tokens"] == 70 and t["steps"] == len(eng.timeline.on("gpu"))
-    assert 0.0 <= t["gpu_idle_fraction"] < 1.0
+    assert 0.0 <= t["host_step_gap_fraction"] < 1.0 and "gpu_idle_fraction" not in t   # the host's picture
 
 
 def test_matches_hf_generate(model, prompts):
@@ -129,15 +129,46 @@ def test_bench_topic_runs_on_cpu_and_headline_rule():
     assert rec["summary"]["tokens_identical"] is True
     assert {r["mode"] for r in rec["results"]} == {"sync", "async"}
     assert set(rec["timelines"]) == {"tiny/b2/sync", "tiny/b2/async"}
-    rows = [{"model": "m", "batch": 8, "mode": "sync", "idle": 0.20, "tokens_per_s": 100.0},
-            {"model": "m", "batch": 8, "mode": "async", "idle": 0.02, "tokens_per_s": 122.0},
-            {"model": "m", "batch": 64, "mode": "sync", "idle": 0.05, "tokens_per_s": 100.0},
-            {"model": "m", "batch": 64, "mode": "async", "idle": 0.01, "tokens_per_s": 101.0}]
+    row = rec["results"][0]
+    assert "gpu_idle_fraction" not in row and 0 <= row["host_step_gap_fraction"] < 1   # no GPU: host picture
+    assert rec["summary"]["headline"] is None or rec["summary"]["headline"]["idle_key"] == "host_step_gap_fraction"
+    rows = [{"model": "m", "batch": 8, "mode": "sync", "host_step_gap_fraction": 0.20, "tokens_per_s": 100.0},
+            {"model": "m", "batch": 8, "mode": "async", "host_step_gap_fraction": 0.02, "tokens_per_s": 122.0},
+            {"model": "m", "batch": 64, "mode": "sync", "host_step_gap_fraction": 0.05, "tokens_per_s": 100.0},
+            {"model": "m", "batch": 64, "mode": "async", "host_step_gap_fraction": 0.01, "tokens_per_s": 101.0}]
     h = async_engine.headline(rows)
-    assert h["batch"] == 8 and h["idle_removed"] == pytest.approx(0.18)
-    assert h["throughput_gain"] == pytest.approx(0.22)
+    assert h["batch"] == 8 and h["idle_removed"] == pytest.approx(0.18) and h["idle_key"] == "host_step_gap_fraction"
+    assert h["throughput_gain"] == pytest.approx(0.22) and "gpu_idle_method" not in h
     assert h["pass_async_idle_le_3pct"] and h["pass_gain_ge_0.9x_idle_removed"]
     assert async_engine.headline(rows[2:]) is None
+    # with the profiler's figure on every row, the headline reads it, and names its method
+    gpu = [dict(r, gpu_idle_fraction=g, gpu_idle_method="profiler kernel-interval union")
+           for r, g in zip(rows, (0.30, 0.12, 0.08, 0.07))]
+    h = async_engine.headline(gpu)
+    assert h["idle_key"] == "gpu_idle_fraction" and h["sync_gpu_idle"] == 0.30 and h["async_idle"] == 0.12
+    assert h["gpu_idle_method"] == "profiler kernel-interval union" and not h["pass_async_idle_le_3pct"]
+
+
+def test_the_profiler_attributes_the_engines_work_to_its_steps(model, prompts):
+    from course_kit import profiling
+    eng = AsyncEngine(model, mode="sync", max_num_seqs=3, block_size=4)
+    sp = SamplingParams(max_new_tokens=4)
+    eng.generate(prompts, sp)
+    prof = profiling.profile_run(lambda: eng.generate(prompts, sp))
+    s = prof.summary
+    assert s["device"] == "cpu" and s["steps"] == s["host_steps"] // 2 == len(eng.timeline.on("gpu"))
+    assert s["kernels_per_step"] > 5 and 0 < s["idle_fraction"] < 1     # ops of each step, on the worker
+
+
+@pytest.mark.gpu
+def test_gpu_bench_async_reads_gpu_idle_from_the_profiler():
+    from course_kit import bench, profiling
+    rec = bench.run_topic("async", {"size": "small_gpu", "batches": [4], "new_tokens": 16, "blog": False,
+                                    "progress": False})
+    for row in rec["results"]:
+        assert row["gpu_idle_method"] == profiling.GPU_IDLE_METHOD and 0 <= row["gpu_idle_fraction"] < 1
+        assert row["gpu_idle_between_steps"] + row["gpu_idle_within_steps"] == pytest.approx(row["gpu_idle_fraction"])
+        assert row["profiler_overhead"] is not None and row["kernels_per_step"] > 10
 
 
 def test_step_by_step_without_generate(model, prompts, reference):

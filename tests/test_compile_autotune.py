@@ -65,7 +65,7 @@ def test_probe_on_this_cpu_reports_what_inductor_benchmarked():
     p = autotune.probe("cpu", 64)
     assert p["device"] == "cpu" and p["error"] is None and p["compile_s"] > 0
     text = autotune.explain_probe(p)
-    assert text.startswith("On this cpu, `max-autotune-no-cudagraphs` on a 64 x 64 matmul")
+    assert text.startswith("On this CPU, `max-autotune-no-cudagraphs` on a 64 x 64 matmul")   # the device named
     assert ("benchmarked **no** candidate" in text) == (not p["rows"])
 
 

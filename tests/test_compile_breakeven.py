@@ -101,3 +101,67 @@ def test_breakeven_widget_switches_workload_and_mode():
     assert "reduce-overhead (static inputs)" in w.mode.options
     with pytest.raises(ValueError, match="eager"):
         BreakEven({"x": [_row("default", 1e-3)]})
+
+
+# ---- issue 41: items 3, 4 and 5 ------------------------------------------------------------------
+
+def test_one_explainer_words_both_reduce_overhead_runs():
+    """Item 4: 495.6 µs "about as fast as eager" beside 494.8 µs "1.03x faster": the static-input run
+    is worded against the plain run, once, never on a line of its own against eager."""
+    rows = {"eager": _row("eager", 510.5e-6), "default": _row("default", 189e-6, 0.06),
+            "reduce-overhead": _row("reduce-overhead", 495.6e-6, 0.2),
+            "reduce-overhead (static inputs)": _row("reduce-overhead", 494.8e-6, 0.2, static_inputs=True)}
+    t = B.explain_chain(rows)
+    assert "- `reduce-overhead (static inputs)`" not in t and t.count("than eager") == 2   # default's, the plain run's
+    assert "494.8 µs, about as fast as (within 3%) without" in t and "did not close the gap" in t
+
+
+def test_t4_emulated_case_does_not_blame_the_input_copy():
+    """Item 5: the static-input run was slower (200.0 against 132.1 µs): the copy is not the cause."""
+    rows = {"eager": _row("eager", 137.3e-6), "default": _row("default", 51.1e-6, 0.06),
+            "reduce-overhead": _row("reduce-overhead", 132.1e-6, 0.2),
+            "reduce-overhead (static inputs)": _row("reduce-overhead", 200.0e-6, 0.1, static_inputs=True)}
+    t = B.explain_chain(rows)
+    assert "did not close the gap" in t and "copy of the inputs" not in t and "accounts for" not in t
+    assert "200.0 µs, 1.51x slower than without" in t
+
+
+def test_fusion_bound_within_above_by_launches_and_above_by_slow_kernels():
+    """Item 3: 2.70x against a 2.33x traffic ratio is above the ratio; the run says what else fusion removed."""
+    within = B.explain_fusion_bound(2.0e-3, 1.0e-3, 2.33, 3, 1, 5e-6)
+    assert "within the ratio (75% of the gain it allows)" in within and "traffic" in within
+    launches = B.explain_fusion_bound(40e-6, 10e-6, 2.0, 3, 1, 8e-6)       # excess 20 µs over 2 ops
+    assert "above the ratio" in launches and "10.0 µs for each of the 2 operators" in launches
+    assert "Those launches are what fusion removed" in launches
+    h200 = B.explain_fusion_bound(2.70e-3, 1.0e-3, 2.33, 3, 1, 6e-6)      # 370 µs over 2 ops: not launches
+    assert "above the ratio" in h200 and "moved their bytes more slowly" in h200 and "launches are what" not in h200
+    slower = B.explain_fusion_bound(15.9e-6, 42.1e-6, 2.33, 3, 1, 4e-6)   # this CPU at smoke size
+    assert "Fewer bytes, yet more time" in slower and "within the ratio" not in slower
+    same = B.explain_fusion_bound(10.0e-6, 9.9e-6, 2.33, 3, 1, 4e-6)
+    assert "gained nothing measurable" in same
+    with pytest.raises(ValueError):
+        B.explain_fusion_bound(0.0, 1.0, 2.0, 3, 1, None)
+
+
+def test_cold_and_warm_break_even():
+    eager, warm = _row("eager", 2e-3), _row("default", 1e-3, 0.06)
+    t = B.explain_cold_warm(4.8, warm, eager, "Inductor's on-disk cache (/tmp/x)")
+    assert "from an empty cache took 4.80 s" in t and "took 0.06 s" in t and "on-disk cache made the difference" in t
+    assert "Cold, compiling pays after about 4,800 calls; warm, after about 60 calls." in t
+    same = B.explain_cold_warm(0.061, warm, eager, "the cache")
+    assert "was not faster here" in same
+    never = B.explain_cold_warm(4.8, _row("default", 3e-3, 0.06), eager, "the cache")
+    assert "neither compile ever pays" in never
+
+
+def test_decode_says_default_runs_more_kernels_than_eager_when_it_does():
+    """Item 4: "Eager launches 119 kernels" then "`default` ... 104 kernels against 83": 83 is eager's
+    GPU-kernel count, so `default` ran more, and the text must say so."""
+    t = B.explain_decode(DECODE, "NVIDIA H200")
+    e, d = DECODE["eager"], DECODE["default"]
+    assert f"makes {e['launch_calls_per_call']:.0f} launch calls from the host per step, for " \
+           f"{e['gpu_kernels_per_call']:.0f} GPU kernels" in t
+    if d["gpu_kernels_per_call"] > e["gpu_kernels_per_call"]:
+        assert "`default` ran more GPU kernels per step than eager" in t and "fewer kernels" not in t
+    fewer = dict(DECODE, default=dict(d, gpu_kernels_per_call=50.0, steady_s=e["steady_s"] * 1.2))
+    assert "fused the step into fewer kernels (50 against" in B.explain_decode(fewer, "GPU")

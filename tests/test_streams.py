@@ -98,10 +98,13 @@ def test_figures():
     assert len(fig.data) == 3  # prepare, step, copy
     fig = splots.gantt_pair({"sync": tl, "async": tl.to_records()})
     assert len(fig.data) == 6
-    rows = [{"mode": m, "batch": b, "idle": 0.1, "tokens_per_s": 100.0 * b, "model": "s"}
+    assert all(t.textposition == "none" for t in fig.data)        # no labels piled into each other
+    rows = [{"mode": m, "batch": b, "host_step_gap_fraction": 0.1, "tokens_per_s": 100.0 * b, "model": "s"}
             for m in ("sync", "async") for b in (1, 4)]
     fig = splots.idle_and_throughput(rows, x="batch", group="model")
-    assert len(fig.data) == 4
+    assert len(fig.data) == 4 and "step brackets" in fig.layout.annotations[0].text
+    fig = splots.idle_and_throughput([dict(r, gpu_idle_fraction=0.2) for r in rows], x="batch", group="model")
+    assert "profiler" in fig.layout.annotations[0].text and fig.data[0].y[0] == 0.2
 
 
 @pytest.mark.gpu

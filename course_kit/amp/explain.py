@@ -12,8 +12,9 @@ from .. import narrate
 MIB = 2**20
 
 
-def explain_step_speed(times_s: Mapping[str, float], device: str) -> str:
-    """bf16 (and fp16 with the scaler) against strict fp32 in this run: faster, slower or the same."""
+def explain_step_speed(times_s: Mapping[str, float], device: str, device_name: str | None = None) -> str:
+    """bf16 (and fp16 with the scaler) against strict fp32 in this run: faster, slower or the same.
+    `device` is "cuda" or "cpu"; `device_name` names the machine in the text (e.g. "NVIDIA H200")."""
     if "fp32" not in times_s:
         raise ValueError(f"need the fp32 step time to compare against, got modes {sorted(times_s)}")
     t32 = times_s["fp32"]
@@ -21,7 +22,8 @@ def explain_step_speed(times_s: Mapping[str, float], device: str) -> str:
     for m in ("tf32", "bf16", "fp16_scaler"):
         if m in times_s:
             parts.append(f"`{m}` {times_s[m] * 1e3:.1f} ms, {narrate.speed(times_s[m], t32)} strict fp32")
-    text = f"On this {device}, strict fp32 ran a step in {t32 * 1e3:.1f} ms; " + "; ".join(parts) + "."
+    where = device_name or ("GPU" if device == "cuda" else "CPU")
+    text = f"On this {where}, strict fp32 ran a step in {t32 * 1e3:.1f} ms; " + "; ".join(parts) + "."
     if device != "cuda" and "tf32" in times_s:
         text += (f" On a CPU `tf32` runs exactly the code of strict fp32, so the gap between those two "
                  f"({narrate.speed(times_s['tf32'], t32)}) is this run's timing noise.")
@@ -126,3 +128,40 @@ def explain_record(summary: Mapping, gpu: str) -> str:
         bits.append(f"The hand-written scaler {'matched' if same else 'did NOT match'} GradScaler step for step "
                     f"on that GPU.")
     return " ".join(bits)
+
+
+def breakdown_gib(row: Mapping) -> dict[str, float]:
+    """A record row's `memory_breakdown`, by category, in GiB (categories that held nothing left out)."""
+    mb = row.get("memory_breakdown") or {}
+    return {c: b / 2**30 for c, b in (mb.get("by_category") or {}).items() if b}
+
+
+def explain_memory_breakdown(rows: list[Mapping], low: str = "bf16") -> str:
+    """What held one training step's peak GPU memory, per mode (from `amp.snapshot.step_memory`), and
+    why `low` autocast's peak is lower or higher than strict fp32's: the weights, gradients and
+    optimizer state do not change with autocast; the activations and the 16-bit weight copies do."""
+    from ..profiling import memory as M
+    by = {r["name"]: r["memory_breakdown"] for r in rows if r.get("memory_breakdown")}
+    if not by:
+        return "This record has no memory snapshot of a training step."
+    g = lambda mb, c: mb["by_category"].get(c, 0) / 2**30   # noqa: E731
+    lines = []
+    for m, mb in by.items():
+        top = max(mb["by_category"], key=mb["by_category"].get)
+        lines.append(f"- `{m}`: peak **{mb['peak_bytes'] / 2**30:.2f} GiB** (during the {mb['peak_phase']} pass); "
+                     f"the largest holder: {top}, {g(mb, top):.2f} GiB ({mb['by_category'][top] / mb['peak_bytes']:.0%}).")
+    text = "At the peak of one steady training step, from the allocator's log:\n" + "\n".join(lines)
+    if "fp32" in by and low in by:
+        a, b = by["fp32"], by[low]
+        fixed = lambda mb: sum(g(mb, c) for c in (M.WEIGHTS, M.GRADS, M.OPT_STATE))   # noqa: E731
+        act_a, act_b, cast = g(a, M.ACTIVATIONS), g(b, M.ACTIVATIONS), g(b, M.CAST)
+        text += (f"\n\n`{low}` against fp32: peak {narrate.more_or_less(b['peak_bytes'] / 2**30, a['peak_bytes'] / 2**30, 'GiB')} "
+                 f"fp32. Weights, gradients and optimizer state hold {fixed(b):.2f} GiB in `{low}` and {fixed(a):.2f} GiB "
+                 f"in fp32: autocast keeps them in fp32. The activations saved for backward: {act_b:.2f} GiB against "
+                 f"{act_a:.2f} GiB")
+        text += (f" ({act_b / act_a:.2f}x)" if act_a > 0 else "") + (
+            f"; autocast's cache of 16-bit weight copies adds {cast:.2f} GiB." if cast > 0 else ".")
+        if b["peak_bytes"] >= a["peak_bytes"]:
+            text += (f" So `{low}` did not lower the peak here: what it saved on activations, the weight copies "
+                     f"and the peak's other holders took back.")
+    return text

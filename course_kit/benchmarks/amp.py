@@ -7,6 +7,9 @@ the H200's capacity, where allocator thrash would slow every mode) per mode on t
 mode's model, optimizer and activations freed before the next. Acceptance: bf16 autocast step >= 2.5x
 strict fp32; fp16 + GradScaler skips <= 1% of steps after warm-up. Where the speed target is missed,
 the summary carries one profiled step per peer (at a small batch, guarded against OOM) and `explain`.
+On a GPU each mode's row also carries `memory_breakdown`: one steady step recorded by the allocator's
+log (`amp.snapshot`), its peak split into weights, gradients, optimizer state, autocast's 16-bit
+weight copies, activations and temporaries (`profiling.memory`).
 """
 from __future__ import annotations
 
@@ -154,6 +157,20 @@ def _release(device: str) -> float | None:
     return torch.cuda.memory_allocated() / 2**30
 
 
+def _breakdown(preset: str, tokens: torch.Tensor, mode: str) -> dict:
+    """`amp.snapshot.step_memory` on a fresh model of the preset (an OOM is recorded, never fatal)."""
+    from ..amp.snapshot import step_memory
+
+    def run() -> dict:
+        model = TinyGPT.from_preset(preset, seed=0, device=tokens.device)
+        try:
+            return step_memory(model, tokens, mode)
+        finally:
+            del model
+    out = bench.guard_oom(run, what=f"the memory snapshot of one {mode} step")
+    return {"skipped": out.reason} if isinstance(out, bench.Skipped) else out
+
+
 @bench.topic("amp", help="AMP: step time, memory and skipped steps per precision mode")
 def run(params: dict) -> dict:
     device = params.get("device") or default_device()
@@ -201,6 +218,9 @@ def run(params: dict) -> dict:
         })
         del r
         results[-1]["mem_after_gib"] = _release(device)
+        if device == "cuda":   # what holds one steady step's peak, by the allocator's log
+            results[-1]["memory_breakdown"] = _breakdown(preset, data[0], mode)
+            _release(device)
 
     def explain() -> dict:
         model = TinyGPT.from_preset(preset, seed=0, device=device)

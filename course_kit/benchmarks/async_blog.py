@@ -14,10 +14,14 @@ Four runs on the same prompts:
   `generate_batch`) with `use_async_batching=False` and `=True`, where the installed release has
   that field; a mode that fails is recorded with its error, the others still run.
 
-Each run is timed unprofiled (throughput), then run again under `torch.profiler` to read the GPU's
-idle fraction the same way for all four: 1 - (union of GPU kernel and copy intervals) / (the run's
-window). Tokens: engine sync and async must be identical; HF sync against async, and HF against the
-engine, are reported as the share of tokens that agree (bf16 on random weights has near-ties).
+Each run is timed unprofiled (throughput); then a shorter run (`profiled new tokens`) is timed
+unprofiled and run again under `torch.profiler`, to read the GPU's idle fraction the same way for all
+four: 1 - (union of GPU kernel and copy intervals) / (the run's window) (`profiling`), with the
+profiler's overhead (profiled against unprofiled wall time of that shorter run) beside it. The
+engine's own step-bracket timeline of the timed run is kept as the host's picture
+(`engine_host_step_gap_fraction`), never as GPU idle. Tokens: engine sync and async must be
+identical; HF sync against async, and HF against the engine, are reported as the share of tokens
+that agree (bf16 on random weights has near-ties).
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ import torch
 from ..engine import SamplingParams
 from ..engine.async_loop import AsyncEngine
 from ..models import llama
-from ..streams.timeline import _merged
+from .. import profiling
 from .batching import drain_requests, hf_cpu_cache_sizes
 from ..device import default_device, has_cuda
 from ..models.hf import model_to_hf
@@ -59,55 +63,34 @@ def build_model(name: str, dtype: torch.dtype, device: str) -> llama.Transformer
     return llama.Transformer.from_preset(name, seed=0, dtype=dtype, device=device)
 
 
-def gpu_idle_from_profile(prof, label: str) -> float | None:
-    """1 - busy/window: busy = union of the GPU activity intervals, window = the `label` range."""
-    window, busy = None, []
-    for e in prof.events():
-        dt = str(getattr(e, "device_type", ""))
-        if e.name == label and "CPU" in dt:
-            window = (e.time_range.start, e.time_range.end)
-        elif "CUDA" in dt and not getattr(e, "is_user_annotation", False) and e.name != label:
-            # kernels, copies and memsets; a record_function range mirrored on the GPU is not work
-            busy.append((e.time_range.start, e.time_range.end))
-    return idle_fraction(busy, window)
-
-
-def idle_fraction(busy: list[tuple[float, float]], window: tuple[float, float] | None) -> float | None:
-    """1 - (union of `busy` clipped to `window`) / window length; None without a window or activity."""
-    if window is None or not busy or window[1] <= window[0]:
-        return None
-    lo, hi = window
-    total = sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in _merged(busy))
-    return 1.0 - total / (hi - lo)
-
-
 def _sync() -> None:
     if has_cuda():
         torch.cuda.synchronize()
 
 
-def measure(run: Callable[[list[list[int]], int], list[list[int]]], prompts: list[list[int]], new: int,
-            new_profiled: int, label: str, after_timed: Callable[[], dict] | None = None) -> dict:
-    """Warm up, time one run (then `after_timed()` adds its figures), profile a shorter one for the
-    GPU idle fraction."""
-    run(prompts[:2], 4)
+def _timed(run: Callable[[], list[list[int]]]) -> tuple[list[list[int]], float]:
     _sync()
     t0 = time.perf_counter()
-    tokens = run(prompts, new)
+    out = run()
     _sync()
-    wall = time.perf_counter() - t0
+    return out, time.perf_counter() - t0
+
+
+def measure(run: Callable[[list[list[int]], int], list[list[int]]], prompts: list[list[int]], new: int,
+            new_profiled: int, label: str, after_timed: Callable[[], dict] | None = None) -> dict:
+    """Warm up, time one run (then `after_timed()` adds its figures); on a GPU, time a shorter one
+    unprofiled and profile it for the GPU idle fraction and the profiler's overhead."""
+    run(prompts[:2], 4)
+    tokens, wall = _timed(lambda: run(prompts, new))
     if [len(t) for t in tokens] != [new] * len(prompts):
         raise AssertionError(f"{label}: output lengths differ from the {new} tokens asked for")
     extra = after_timed() if after_timed is not None else {}
-    idle = None
+    idle = {}
     if has_cuda():
-        from torch.profiler import ProfilerActivity, profile, record_function
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            with record_function(label):
-                run(prompts, new_profiled)
-                _sync()
-        idle = gpu_idle_from_profile(prof, label)
-    return {"tokens": tokens, "wall_s": wall, "tokens_per_s": len(prompts) * new / wall, "gpu_idle": idle, **extra}
+        _, short_s = _timed(lambda: run(prompts, new_profiled))
+        prof = profiling.profile_run(lambda: run(prompts, new_profiled), unprofiled_s=short_s)
+        idle = {**profiling.record_fields(prof.summary), "profiled_new_tokens": new_profiled}
+    return {"tokens": tokens, "wall_s": wall, "tokens_per_s": len(prompts) * new / wall, **idle, **extra}
 
 
 def engine_runner(eng: AsyncEngine, mode: str):
@@ -187,10 +170,11 @@ def run_blog_case(size: str, dtype: torch.dtype, workload: Callable) -> dict:
                       max_num_batched_tokens=max(2048, slots), max_model_len=max_len)
     for mode in ("sync", "async"):
         run = engine_runner(eng, mode)
-        # beside the profiler's figure, the engine's own timeline (CUDA events) of the timed run
+        # beside the profiler's figure, the engine's own timeline (CUDA events) of the timed run:
+        # the host's picture, its gaps between step brackets
         record("course engine", mode, lambda: measure(
             run, prompts, new, new_prof, f"engine {mode}",
-            after_timed=lambda: {"engine_timeline_gpu_idle": eng.timing()["gpu_idle_fraction"]}))
+            after_timed=lambda: {"engine_host_step_gap_fraction": eng.timing()["host_step_gap_fraction"]}))
     del eng
     try:
         hf = model_to_hf(model)

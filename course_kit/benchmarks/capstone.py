@@ -13,6 +13,12 @@ t=0). Variants, all in one run on the same requests:
 
 Correctness first: in fp32, on a few requests, every engine variant must give HF generate's greedy
 tokens. Throughput is output tokens / wall time (synchronised), the same clock for every variant.
+
+GPU idle per engine variant comes from a separate profiled pass (`profiling`: union of kernel and
+copy intervals over the run's window, split into between and within steps, with the profiler's
+overhead), on the same prompts with at most `profile_tokens` new tokens each (a whole run's trace
+would be gigabytes), timed unprofiled too. The engine's step-bracket timeline is kept as the host's
+picture (`host_step_gap_fraction`).
 """
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ import time
 
 import torch
 
-from .. import bench
+from .. import bench, profiling
 from .. import device as _device
 from ..engine import SamplingParams, trace
 from ..engine.async_loop import AsyncEngine
@@ -35,11 +41,11 @@ def _defaults(size: str, cuda: bool) -> dict:
         return {"preset": "smollm-135m", "n_requests": 64,
                 "prompt_len": [100, 512], "output_len": [100, 512], "seed": 0, "max_num_seqs": 64,
                 "max_num_batched_tokens": 2048, "check_requests": 4, "check_tokens": 24,
-                "hf_generate_batch": True}
+                "hf_generate_batch": True, "profile_tokens": 64}
     return {"preset": "tiny", "n_requests": 6 if size == "smoke" else 12,
             "prompt_len": [4, 32], "output_len": [4, 16 if size == "smoke" else 32], "seed": 0,
             "max_num_seqs": 4, "max_num_batched_tokens": 128, "check_requests": 2,
-            "check_tokens": 6, "hf_generate_batch": size != "smoke"}
+            "check_tokens": 6, "hf_generate_batch": size != "smoke", "profile_tokens": 8}
 
 
 def engine_variants(cuda: bool) -> dict[str, dict]:
@@ -61,6 +67,17 @@ def engine_variants(cuda: bool) -> dict[str, dict]:
 def _build(model, spec: dict, opts: dict):
     kw = {k: v for k, v in spec.items() if k != "cls"}
     return spec["cls"](model, **opts, **kw)
+
+
+def _profiled_idle(eng, prompts: list[list[int]], news: list[int], cap: int) -> dict:
+    """GPU idle of `eng` on the prompts with at most `cap` new tokens each: timed, then profiled."""
+    short = [SamplingParams(max_new_tokens=min(n, cap), ignore_eos=True) for n in news]
+    _sync()
+    t0 = time.perf_counter()
+    eng.generate(prompts, short)
+    _sync()
+    prof = profiling.profile_run(lambda: eng.generate(prompts, short), unprofiled_s=time.perf_counter() - t0)
+    return {**profiling.record_fields(prof.summary), "profiled_new_tokens_cap": cap}
 
 
 @bench.topic("capstone", help="the course engine (all techniques) against HF generate and generate_batch")
@@ -118,7 +135,9 @@ def _run(params: dict) -> dict:
             row = {"name": name, "kind": "course engine", "duration_s": dt,
                    "throughput_tok_s": n_tokens / dt, "ttft_p50_s": s["ttft_p50_s"],
                    "tpot_p50_s": s["tpot_p50_s"], "steps": s["steps"]}
-            row["gpu_idle_fraction"] = eng.timing()["gpu_idle_fraction"]
+            row["host_step_gap_fraction"] = eng.timing()["host_step_gap_fraction"]
+            if cuda:
+                row.update(_profiled_idle(eng, prompts, news, p["profile_tokens"]))
             if name == list(variants)[-1]:
                 timeline = eng.timeline.shifted().to_records(max_spans=600)
             results.append(row)

@@ -143,7 +143,7 @@ def probe(device: str = "cpu", n: int = 256) -> dict:
 def explain_probe(p: dict) -> str:
     """What the probe shows: autotuning ran on this device (with what), or not, and why the choices
     shown next come from the record."""
-    where = f"On this {p['device']}, `max-autotune-no-cudagraphs` on a {p['n']} x {p['n']} matmul + bias + GELU"
+    where = f"On this {'GPU' if p['device'] == 'cuda' else 'CPU'}, `max-autotune-no-cudagraphs` on a {p['n']} x {p['n']} matmul + bias + GELU"
     if p.get("error"):
         return f"{where} failed to compile: `{p['error']}`. The autotuning choices below are the reference GPU's."
     s = summarise_choices(p["rows"])

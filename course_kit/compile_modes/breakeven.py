@@ -3,7 +3,9 @@ notebook 03 that compare modes (computed from the run's or the record's numbers,
 
 - `break_even_calls`: the number of calls after which a compiled mode has saved its compile time.
 - `total_time`: wall time of N calls in a mode, compile included (the break-even widget's curves).
-- `explain_breakeven`, `explain_chain`, `explain_decode`: "what just happened" for sections 3 and 6.
+- `explain_breakeven`, `explain_chain`, `explain_decode`: "what just happened" for sections 3 and 6;
+- `explain_fusion_bound`: whether fused code stayed within the traffic ratio, or what else it removed;
+- `explain_cold_warm`: compile time and break-even from an empty cache and from a warm one.
 """
 from __future__ import annotations
 
@@ -74,19 +76,24 @@ def explain_chain(rows: Mapping[str, Mapping], input_bytes: int | None = None,
             f"{narrate.speed(d['steady_s'], e['steady_s'])} eager, after a first call of {d['first_call_s']:.2f} s; "
             + ("compiling pays for itself " + _calls(n) + "." if not math.isinf(n)
                else "each compiled call is not faster, so compiling never pays for itself at this size."))
+    static = rows.get("reduce-overhead (static inputs)")
     for m, r in rows.items():
-        if m in ("eager", "default") or not r.get("steady_s"):
+        # the static-input run is worded inside reduce-overhead's line, against it: one explainer for both
+        if m in ("eager", "default", "reduce-overhead (static inputs)") or not r.get("steady_s"):
             continue
         text += (f"\n- `{m}`: {_us(r['steady_s'])}, {narrate.speed(r['steady_s'], e['steady_s'])} eager and "
                  f"{narrate.speed(r['steady_s'], d['steady_s'])} `default`; compile {r.get('compile_s') or 0.0:.1f} s.")
         slower = r["steady_s"] > d["steady_s"] * (1 + narrate.SAME_WITHIN)
+        if m == "reduce-overhead" and static and static.get("steady_s") and not slower:
+            text += (f" With its inputs marked as static addresses it ran {_us(static['steady_s'])}, "
+                     f"{narrate.speed(static['steady_s'], r['steady_s'])} without.")
         if m == "reduce-overhead" and slower:
-            static = rows.get("reduce-overhead (static inputs)")
             gap = r["steady_s"] - d["steady_s"]
             if static and static.get("steady_s"):
                 saved = r["steady_s"] - static["steady_s"]
                 text += (f" With its inputs marked as static addresses (`torch._dynamo.mark_static_address`), "
                          f"the same mode ran {_us(static['steady_s'])}, "
+                         f"{narrate.speed(static['steady_s'], r['steady_s'])} without, and "
                          f"{narrate.speed(static['steady_s'], d['steady_s'])} `default`")
                 if saved <= narrate.SAME_WITHIN * r["steady_s"]:
                     # the static run is as slow: the copy is not the cause, and this run shows no other
@@ -106,6 +113,63 @@ def explain_chain(rows: Mapping[str, Mapping], input_bytes: int | None = None,
     return text
 
 
+def explain_fusion_bound(eager_s: float, fused_s: float, traffic_ratio: float, eager_ops: int,
+                         fused_kernels: int, op_cost_s: float | None) -> str:
+    """Was fusion's gain within the traffic ratio (the bytes eager moves over the fused kernel's)?
+    That ratio bounds the gain only if every kernel moves its bytes at the same rate. Above it, the
+    excess of eager's time, `eager_s - traffic_ratio * fused_s`, is split over the operators fusion
+    removed and compared with one operator's launch and dispatch cost measured on this machine
+    (`op_cost_s`): launches explain it, or the eager kernels moved their bytes more slowly."""
+    for name, v in (("eager_s", eager_s), ("fused_s", fused_s), ("traffic_ratio", traffic_ratio)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+    speedup = eager_s / fused_s
+    text = (f"The fused kernel ran {narrate.speed(fused_s, eager_s)} eager's {eager_ops} operators; the traffic "
+            f"ratio is {traffic_ratio:.2f}x. ")
+    if speedup < 1 - narrate.SAME_WITHIN:
+        return text + (f"Fewer bytes, yet more time: the extra {_us(fused_s - eager_s)} per call is outside the "
+                       f"traffic, in what a compiled call costs on its own (checking Dynamo's guards, entering the "
+                       f"compiled wrapper), which at this size outweighs the bytes saved.")
+    if speedup <= 1 + narrate.SAME_WITHIN:
+        return text + "At this size fusion gained nothing measurable: the bytes it saves take too little time."
+    if speedup <= traffic_ratio * (1 + narrate.SAME_WITHIN):
+        reached = (speedup - 1) / (traffic_ratio - 1) if traffic_ratio > 1 else 1.0
+        return text + (f"That is within the ratio ({max(reached, 0):.0%} of the gain it allows): what fusion "
+                       f"removed here is memory traffic.")
+    extra = max(eager_ops - fused_kernels, 1)
+    per_op = (eager_s - traffic_ratio * fused_s) / extra
+    text += (f"That is above the ratio, so fusion removed more than traffic: eager took {_us(eager_s - traffic_ratio * fused_s)} "
+             f"longer than its bytes would at the fused kernel's rate, {_us(per_op)} for each of the {extra} "
+             f"operators fusion removed")
+    if op_cost_s is not None and per_op <= 2 * op_cost_s:
+        return text + (f", about what one operator's launch and dispatch cost on this machine ({_us(op_cost_s)}, "
+                       f"measured on a one-element add). Those launches are what fusion removed beyond the traffic.")
+    if op_cost_s is not None:
+        text += (f", more than one operator's launch and dispatch cost on this machine ({_us(op_cost_s)}, measured on "
+                 f"a one-element add)")
+    return text + (". So eager's kernels moved their bytes more slowly than the fused one: the traffic ratio bounds "
+                   "fusion's gain only when every kernel runs at the same rate, and here they did not.")
+
+
+def explain_cold_warm(cold_s: float, warm: Mapping, eager: Mapping, cache: str) -> str:
+    """Compiling from an empty on-disk cache (`cold_s`) and again with it holding the compiled graph
+    (`warm`, a mode row), each with its break-even against `eager`. `cache` names the cache."""
+    warm_s = warm.get("compile_s") or 0.0
+    n_cold = break_even_calls(cold_s, warm["steady_s"], eager["steady_s"])
+    n_warm = break_even_calls(warm_s, warm["steady_s"], eager["steady_s"])
+    text = (f"Compiling `{warm['mode']}` from an empty cache took {cold_s:.2f} s; compiling it again after "
+            f"`torch._dynamo.reset()`, with {cache} holding the result, took {warm_s:.2f} s. ")
+    if warm_s < cold_s * (1 - narrate.SAME_WITHIN):
+        text += ("Dynamo traced the function again (reset empties its in-memory cache), but Inductor found the "
+                 "compiled graph in that cache and skipped generating and building its kernel: the on-disk cache "
+                 "made the difference. ")
+    else:
+        text += "The warm compile was not faster here: the cache did not help this time. "
+    if math.isinf(n_cold):
+        return text + "Each compiled call is not faster than eager, so neither compile ever pays."
+    return text + f"Cold, compiling pays {_calls(n_cold)}; warm, {_calls(n_warm)}."
+
+
 def explain_decode(rows: Mapping[str, Mapping], gpu: str) -> str:
     """Section 6: the batch-1 decode step per mode against eager, and what the record shows about
     where eager's time goes: a CUDA graph replays about the same GPU kernels, so its whole step bounds
@@ -121,19 +185,27 @@ def explain_decode(rows: Mapping[str, Mapping], gpu: str) -> str:
     ro, d = rows.get("reduce-overhead"), rows.get("default")
     if ro and ro.get("steady_s") and e.get("launch_calls_per_call"):
         share = 1 - ro["steady_s"] / e["steady_s"]
-        text += (f" Eager launches {e['launch_calls_per_call']:.0f} kernels from the host per step; the CUDA graph "
+        text += (f" Eager makes {e['launch_calls_per_call']:.0f} launch calls from the host per step, for "
+                 f"{e.get('gpu_kernels_per_call', float('nan')):.0f} GPU kernels; the CUDA graph "
                  f"makes {ro['launch_calls_per_call']:.0f} launch calls for {ro['gpu_kernels_per_call']:.0f} GPU kernels, "
                  f"and its whole step took {_us(ro['steady_s'])}. The GPU's kernels therefore need at most that long, "
                  f"so at least {share:.0%} of eager's step is spent outside them, on the host's side of the launches.")
     if d and d.get("steady_s") and ro:
+        kd, ke = d.get("gpu_kernels_per_call"), e.get("gpu_kernels_per_call")
+        if kd is not None and ke is not None and kd > ke:
+            # Inductor's graph can run more kernels than eager (its generated kernels beside the library
+            # calls it keeps): say so, from the counts
+            text += (f" `default` ran more GPU kernels per step than eager ({kd:.0f} against {ke:.0f}): what it "
+                     f"generated did not replace eager's kernels one for one.")
         if d["steady_s"] > e["steady_s"] * (1 + narrate.SAME_WITHIN):
-            text += (f" `default` alone fused the step into fewer kernels ({d.get('gpu_kernels_per_call', float('nan')):.0f} "
-                     f"against {e.get('gpu_kernels_per_call', float('nan')):.0f}) and was still slower than eager: "
-                     f"fusion does not shorten a step whose time is in the launches. The record does not show what "
+            fewer = kd is not None and ke is not None and kd < ke
+            text += ((f" `default` alone fused the step into fewer kernels ({kd:.0f} against {ke:.0f}) and was still "
+                      f"slower than eager: fusion does not shorten a step whose time is in the launches."
+                      if fewer else " `default` was slower than eager.")
+                     + " The record does not show what "
                      f"the extra {_us(d['steady_s'] - e['steady_s'])} is (the timing spread was "
                      f"{d.get('spread', float('nan')):.0%} for `default`, {e.get('spread', float('nan')):.0%} for eager).")
         elif d["steady_s"] < e["steady_s"] * (1 - narrate.SAME_WITHIN):
-            text += (f" `default` alone, with {d.get('gpu_kernels_per_call', float('nan')):.0f} kernels against "
-                     f"{e.get('gpu_kernels_per_call', float('nan')):.0f}, gained less than the CUDA graph: the launches, "
-                     f"not the kernels, dominate this step.")
+            text += (f" `default` alone, with {kd:.0f} kernels against {ke:.0f}, gained less than the CUDA graph: the "
+                     f"launches, not the kernels, dominate this step.")
     return text

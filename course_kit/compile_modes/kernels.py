@@ -50,3 +50,11 @@ def is_annotation(evt: Any) -> bool:
     """A GPU-side user range (e.g. "Optimizer.step#AdamW.step", "## Call CompiledFxGraph ##"), which
     spans kernels instead of being one: counting it would count their time twice."""
     return bool(getattr(evt, "is_user_annotation", False)) or "#" in evt.key
+
+
+def op_cost_s(device: str = "cpu", repeat: int = 200) -> float:
+    """What one operator costs when its work is nothing: the median time of a one-element add,
+    launch and dispatch included (a synchronised host clock on a GPU, like every steady timing)."""
+    from .. import bench
+    x = torch.ones(1, device=device)
+    return bench.timeit(lambda: x.add(1.0), warmup=20, repeat=repeat, device=device).median_s

@@ -62,6 +62,23 @@ def fresh_caches(parent: str | None = None) -> Iterator[str]:
                     os.environ[k] = v
 
 
+@contextlib.contextmanager
+def cache_at(folder: str) -> Iterator[str]:
+    """Point Inductor's and Triton's on-disk caches at an existing `folder` (one that `fresh_caches`
+    made), so that a later compile of the same graph finds it there: a warm compile."""
+    keys = {"TORCHINDUCTOR_CACHE_DIR": folder, "TRITON_CACHE_DIR": os.path.join(folder, "triton")}
+    before = {k: os.environ.get(k) for k in keys}
+    os.environ.update(keys)
+    try:
+        yield folder
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 @dataclass
 class ModeResult:
     mode: str

@@ -136,3 +136,18 @@ def scaler_steps_figure(scales: Mapping[str, Sequence[float]], events: Sequence[
                         marker=dict(symbol="x", size=12, color="red"))
     fig.update_layout(title=title, xaxis_title="step", yaxis_title="scale", yaxis_type="log", height=360)
     return fig
+
+
+def memory_breakdown(rows: Sequence[Mapping[str, Any]], title: str = "What holds a training step's peak memory") -> go.Figure:
+    """One stacked bar per precision mode: its step's peak GPU memory by what holds it (GiB)."""
+    from ..profiling.memory import CATEGORIES
+    rows = [r for r in rows if (r.get("memory_breakdown") or {}).get("by_category")]
+    fig = go.Figure()
+    for i, cat in enumerate(CATEGORIES):
+        ys = [r["memory_breakdown"]["by_category"].get(cat, 0) / 2**30 for r in rows]
+        if any(ys):
+            fig.add_bar(x=[r["name"] for r in rows], y=ys, name=cat,
+                        hovertemplate=f"{cat}<br>%{{y:.2f}} GiB<extra>%{{x}}</extra>")
+    fig.update_layout(barmode="stack", title=title, yaxis_title="GiB at the peak", height=420,
+                      legend=dict(orientation="h", y=-0.2), margin=dict(l=10, r=10, t=60, b=40))
+    return fig

@@ -35,8 +35,8 @@ def _gantt_traces(tl: Timeline, colours: dict[str, str], shown: set[str],
             y=[s.lane for s in spans], x=[s.duration_s * 1e3 for s in spans],
             base=[s.start_s * 1e3 for s in spans], orientation="h", name=kind,
             marker_color=colour, legendgroup=kind, showlegend=kind not in shown,
-            text=[s.name for s in spans], hovertemplate="%{text}<br>%{base:.3f} ms + %{x:.3f} ms"
-            "<extra>%{y}</extra>"))
+            text=[s.name for s in spans], textposition="none",    # names on hover: never piled up
+            hovertemplate="%{text}<br>%{base:.3f} ms + %{x:.3f} ms<extra>%{y}</extra>"))
         shown.add(kind)
     return traces
 
@@ -47,8 +47,10 @@ def gantt(timeline: Timeline | Iterable[Mapping], title: str = "Timeline",
     tl = _as_timeline(timeline)
     fig = go.Figure(_gantt_traces(tl, {}, set(), lanes))
     order = list(lanes) if lanes is not None else tl.lanes
+    # height per lane; the legend below the chart, where it never squeezes the lanes or gets cut
     fig.update_layout(title=title, barmode="overlay", xaxis_title="time (ms)",
-                      height=140 + 45 * len(order), legend_title="work")
+                      height=190 + 44 * len(order), legend_title="work",
+                      legend=dict(orientation="h", y=-0.35), margin=dict(l=10, r=10, t=60, b=40))
     fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(order)))
     return fig
 
@@ -58,29 +60,40 @@ def gantt_pair(timelines: Mapping[str, Timeline | Iterable[Mapping]], title: str
     """Several timelines stacked on one time axis (e.g. sync above async), with their idle share."""
     names = list(timelines)
     tls = {n: _as_timeline(t) for n, t in timelines.items()}
+    orders = [list(lanes) if lanes is not None else tls[n].lanes for n in names]
+    # height per lane, so that a timeline with many lanes (streams, ranks) keeps readable rows
     fig = make_subplots(rows=len(names), cols=1, shared_xaxes=shared_x, subplot_titles=names,
-                        vertical_spacing=0.12)
+                        vertical_spacing=0.3 / len(names), row_heights=[max(len(o), 1) for o in orders])
     colours: dict[str, str] = {}
     shown: set[str] = set()
-    for i, n in enumerate(names, start=1):
+    for i, (n, order) in enumerate(zip(names, orders), start=1):
         for tr in _gantt_traces(tls[n], colours, shown, lanes):
             fig.add_trace(tr, row=i, col=1)
-        order = list(lanes) if lanes is not None else tls[n].lanes
         fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(order)), row=i, col=1)
-    fig.update_layout(title=title, barmode="overlay", height=120 + 150 * len(names),
-                      legend_title="work")
+    fig.update_layout(title=title, barmode="overlay", legend_title="work",
+                      height=110 + 70 * len(names) + 42 * sum(max(len(o), 1) for o in orders),
+                      margin=dict(l=10, r=10, t=70, b=40))
     fig.update_xaxes(title_text="time (ms)", row=len(names), col=1)
     return fig
 
 
-def idle_and_throughput(rows: Sequence[Mapping], x: str = "batch", group: str | None = None,
-                        title: str = "Sync against async") -> go.Figure:
-    """Two panels against `x`: GPU (device) idle fraction and throughput, one line per mode.
+IDLE_TITLES = {"gpu_idle_fraction": "GPU idle (profiler: kernel intervals)",
+               "host_step_gap_fraction": "time between step brackets (host timeline)"}
 
-    `rows`: dicts with keys `mode` ("sync"/"async"), `x`, `idle` (0..1), `tokens_per_s`, and
-    optionally `group` (e.g. the model size) which splits the lines further.
+
+def idle_and_throughput(rows: Sequence[Mapping], x: str = "batch", group: str | None = None,
+                        title: str = "Sync against async", idle_key: str | None = None) -> go.Figure:
+    """Two panels against `x`: an idle share and throughput, one line per mode.
+
+    `rows`: dicts with keys `mode` ("sync"/"async"), `x`, `tokens_per_s`, the idle share `idle_key`
+    (default: the profiler's `gpu_idle_fraction` where every row has it, else the host timeline's
+    `host_step_gap_fraction`; the panel's title names which), and optionally `group`.
     """
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("GPU idle fraction", "throughput"))
+    if idle_key is None:
+        idle_key = ("gpu_idle_fraction" if rows and all(r.get("gpu_idle_fraction") is not None for r in rows)
+                    else "host_step_gap_fraction")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(IDLE_TITLES.get(idle_key, idle_key), "throughput"),
+                        horizontal_spacing=0.14)
     dash = {"sync": "dot", "async": "solid"}
     keys: dict[tuple, list[Mapping]] = {}
     for r in rows:
@@ -91,17 +104,24 @@ def idle_and_throughput(rows: Sequence[Mapping], x: str = "batch", group: str | 
         label = f"{mode}" + (f", {group}={g}" if group else "")
         colour = _PALETTE[groups.index(g) % len(_PALETTE)]
         style = dict(color=colour, dash=dash.get(mode, "solid"))
-        fig.add_trace(go.Scatter(x=[r[x] for r in rs], y=[r["idle"] for r in rs], name=label,
+        fig.add_trace(go.Scatter(x=[r[x] for r in rs], y=[r[idle_key] for r in rs], name=label,
                                  mode="lines+markers", line=style, legendgroup=label), 1, 1)
         fig.add_trace(go.Scatter(x=[r[x] for r in rs], y=[r["tokens_per_s"] for r in rs],
                                  name=label, mode="lines+markers", line=style, legendgroup=label,
                                  showlegend=False), 1, 2)
-    fig.update_yaxes(title_text="idle share of wall time", tickformat=".0%", row=1, col=1)
+    fig.update_yaxes(title_text="share of wall time", tickformat=".0%", row=1, col=1)
     fig.update_yaxes(title_text="tokens / s", row=1, col=2)
-    fig.update_xaxes(title_text=x, type="log", row=1, col=1)
-    fig.update_xaxes(title_text=x, type="log", row=1, col=2)
+    ticks = sorted({r[x] for r in rows})      # every measured value, whole: no "2, 5" without its decade
+    for col in (1, 2):
+        fig.update_xaxes(title_text=x, type="log", tickmode="array", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks],
+                         row=1, col=col)
     fig.update_layout(title=title, height=420)
     return fig
+
+
+def _plain(v: float) -> str:
+    """A bar's label without exponent notation: 3,120 rather than 3.12e+03."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
 def bars(rows: Sequence[Mapping], x: str, y: str, title: str = "", y_title: str = "",
@@ -109,8 +129,8 @@ def bars(rows: Sequence[Mapping], x: str, y: str, title: str = "", y_title: str 
     """A plain bar chart of `y` per `x` (the capstone's table as a figure)."""
     fig = go.Figure(go.Bar(x=[str(r[x]) for r in rows], y=[r[y] for r in rows],
                            marker_color=colour or _PALETTE[0],
-                           text=[f"{r[y]:.3g}" for r in rows], textposition="outside"))
-    fig.update_layout(title=title, yaxis_title=y_title or y, height=400)
+                           text=[_plain(r[y]) for r in rows], textposition="outside", cliponaxis=False))
+    fig.update_layout(title=title, yaxis_title=y_title or y, height=400, yaxis_tickformat=",.0f")
     return fig
 
 

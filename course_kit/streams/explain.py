@@ -9,7 +9,9 @@ busy time changed, which is the only cause the timelines show.
 
 - `overlap_figures(sync, async_)`: wall times, busy times per lane, idle fractions, the bound read
   from the sync timeline and the bound with the async run's own busy times, the measured speed-up;
-- `explain_overlap(figures)`: one paragraph, tested both ways (above/below the bound, faster/slower).
+- `explain_overlap(figures)`: one paragraph, tested both ways (above/below the bound, faster/slower);
+- `which_mattered(real, ideal)`: whether the host's competition with a worker thread mattered;
+- `explain_blog(rows, summary)`: the async-batching blog's case, with the profiler's GPU idle.
 """
 from __future__ import annotations
 
@@ -69,13 +71,22 @@ def _t(seconds: float) -> str:
     return f"{seconds:.3f} s" if seconds >= 1 else f"{seconds * 1e3:.1f} ms"
 
 
+def idle_words(device_lane: str, device_name: str) -> str:
+    """How the device lane's empty share is named. The engine's "gpu" lane holds one span per step,
+    bracketed by CUDA events, so its gaps are the host's picture, never GPU idle (DESIGN.md: that is
+    read from a profiler trace); a worker thread's lane holds the work itself."""
+    if device_lane == "gpu":
+        return "Time outside the GPU's step brackets (the host's picture; GPU idle comes from the profiler)"
+    return f"{device_name} idle"
+
+
 def explain_overlap(f: Mapping, device_name: str = "GPU") -> str:
-    """The paragraph for one pair (from `overlap_figures`): idle before and after, the speed-up in
-    words, the bound, and why the speed-up sits where it does relative to the bound."""
+    """The paragraph for one pair (from `overlap_figures`): the device lane's empty share before and
+    after, the speed-up in words, the bound, and why the speed-up sits where it does."""
     s, a = f["sync"], f["async"]
     speedup, bound = f["speedup"], f["bound_sync"]
     lane = f["busiest_sync_lane"]
-    text = (f"{device_name} idle {s['idle']:.1%} (sync) → {a['idle']:.1%} (async). Async ran "
+    text = (f"{idle_words(f['device_lane'], device_name)}: {s['idle']:.1%} (sync) → {a['idle']:.1%} (async). Async ran "
             f"{narrate.speed(a['wall_s'], s['wall_s'])} sync (wall time {_t(s['wall_s'])} → "
             f"{_t(a['wall_s'])}). The bound read from the sync timeline, wall time / busiest lane "
             f"({lane}, busy {_t(s['busy_s'][lane])}), is {bound:.2f}x. ")
@@ -108,6 +119,36 @@ def explain_pair(sync: Timeline | Iterable[Mapping], async_: Timeline | Iterable
     return explain_overlap(overlap_figures(sync, async_, lanes, device_lane), device_name)
 
 
+def which_mattered(real: Mapping, ideal: Mapping, lane: str = "cpu") -> str:
+    """Section 5 of notebook 07 runs the loop twice: with a worker thread doing real matmuls (it
+    competes with the host for cores and the interpreter lock) and with a device that sleeps through
+    its steps (no competition). From the two pairs' `overlap_figures`: did the competition matter in
+    this run? It did when the host's busy time grew more in async beside the real worker."""
+    grow = {name: f["async"]["busy_s"][lane] / f["sync"]["busy_s"][lane] - 1.0
+            for name, f in (("real", real), ("ideal", ideal)) if f["sync"]["busy_s"][lane] > 0}
+    if len(grow) < 2:
+        return f"The {lane} lane did no work in one of the runs, so the timelines cannot say which mattered."
+    g_real, g_ideal = grow["real"], grow["ideal"]
+    figures = (f"in async the host's work took {_pct_change(g_real)} beside the worker doing real matmuls, "
+               f"and {_pct_change(g_ideal)} beside the sleeping device")
+    if g_real > g_ideal + SAME_WITHIN:
+        return (f"In this run the competition for the CPU mattered: {figures}. The host's work stretched "
+                f"because the worker thread used the cores it needed; with a real GPU the kernels use no "
+                f"host core, as in the second run.")
+    if g_real >= g_ideal - SAME_WITHIN:
+        return (f"In this run the competition for the CPU did not matter: {figures} (within "
+                f"{SAME_WITHIN:.0%} of each other). What separates the two runs is the device's step time.")
+    return (f"In this run the competition for the CPU does not explain the stretch: {figures}. The host's "
+            f"work grew more beside a device that uses no core, so what stretched it is the loop itself "
+            f"(handing each step to the worker and waiting for it), not the cores the real matmuls took.")
+
+
+def _pct_change(g: float) -> str:
+    if abs(g) <= SAME_WITHIN:
+        return "about as long as in sync"
+    return f"{abs(g):.0%} {'longer' if g > 0 else 'less long'} than in sync"
+
+
 def _time_words(wall_sync: float, wall_async: float) -> tuple[float, str]:
     saved = 1.0 - wall_async / wall_sync
     if abs(saved) <= narrate.SAME_WITHIN:
@@ -130,15 +171,16 @@ def explain_blog(rows: Sequence[Mapping], summary: Mapping) -> str:
                   if r.get("error")]
         if failed:
             ran = [f"{m} mode ran at {r['tokens_per_s']:,.0f} tokens/s"
-                   + (f" with the GPU idle {r['gpu_idle']:.1%}" if r.get("gpu_idle") is not None else "")
+                   + (f" with the GPU idle {r['gpu_idle_fraction']:.1%}" if r.get("gpu_idle_fraction") is not None else "")
                    for m, r in (("sync", s), ("async", a)) if r and not r.get("error")]
             lines.append(f"- **{system}**: " + "; ".join(ran + failed) + ".")
             continue
         if not s or not a:
             continue
         saved, words = _time_words(s["wall_s"], a["wall_s"])
-        idle = (f"GPU idle {s['gpu_idle']:.1%} (sync) → {a['gpu_idle']:.1%} (async)"
-                if s.get("gpu_idle") is not None and a.get("gpu_idle") is not None
+        idle = (f"GPU idle {s['gpu_idle_fraction']:.1%} (sync) → {a['gpu_idle_fraction']:.1%} (async)"
+                + _overhead_words(s, a)
+                if s.get("gpu_idle_fraction") is not None and a.get("gpu_idle_fraction") is not None
                 else "GPU idle not measured (no GPU in this run)")
         vs = ""
         if abs(saved) > narrate.SAME_WITHIN:
@@ -155,6 +197,14 @@ def explain_blog(rows: Sequence[Mapping], summary: Mapping) -> str:
                     else "; the engine's sync and async tokens differ") + ".")
     lines.append(blog_token_agreement(summary))
     return "\n".join(line for line in lines if line)
+
+
+def _overhead_words(s: Mapping, a: Mapping) -> str:
+    """' (profiled; the profiler slowed the runs by 12% and 18%)' when the rows carry it."""
+    o = [r.get("profiler_overhead") for r in (s, a)]
+    if any(v is None for v in o):
+        return ""
+    return f" (profiled; the profiler slowed the runs by {o[0]:.0%} and {o[1]:.0%})"
 
 
 def blog_token_agreement(summary: Mapping) -> str:

@@ -22,9 +22,12 @@ class TechniqueLadder:
     def __init__(self, record: Mapping[str, Any] | None, where: str = "the reference GPU") -> None:
         self.where = where
         self.steps = ladder.ladder(record["summary"]["throughput_tok_s"]) if record else None
-        self.toggles = {t: W.ToggleButton(value=True, description=t, layout=W.Layout(width="auto"))
+        # every control carries a tooltip: without one, the browser shows "null" on hover
+        self.toggles = {t: W.ToggleButton(value=True, description=t, tooltip=f"switch '{t}' off or on",
+                                          layout=W.Layout(width="auto"))
                         for t in ladder.TECHNIQUES}
         self.run = W.Button(description="Run live (tiny model, a few seconds)", button_style="primary",
+                            tooltip="measure the variants switched on, on this machine",
                             layout=W.Layout(width="auto"))
         self.bar = W.IntProgress(value=0, min=0, max=1, description="live run")
         self.text, self.live_text = W.HTML(), W.HTML()

@@ -22,14 +22,16 @@ __all__ = ["OverlapExplorer", "readout_html"]
 def readout_html(run: dict) -> str:
     """The numbers under the figure: wall time, tokens/s, each lane's busy time and idle share."""
     tl = run["timeline"]
+    td = 'style="padding:2px 14px 2px 0;text-align:right"'     # cells never run together ("41.2 ms37.0%")
     rows = "".join(
-        f"<tr><td>{html.escape(lane)}</td><td>{tl.busy_s(lane) * 1e3:,.1f} ms</td>"
-        f'<td class="ck-idle">{tl.idle_fraction(lane):.1%}</td></tr>' for lane in ("cpu", "device"))
+        f'<tr><td style="padding:2px 14px 2px 0">{html.escape(lane)}</td><td {td}>{tl.busy_s(lane) * 1e3:,.1f} ms</td>'
+        f'<td class="ck-idle" {td}>{tl.idle_fraction(lane):.1%}</td></tr>' for lane in ("cpu", "device"))
     return (f'<div class="ck-overlap-readout"><b>{html.escape(run["mode"])}</b>: {run["steps"]} steps in '
             f'<span class="ck-wall">{run["wall_s"] * 1e3:,.1f} ms</span>, '
             f'{run["tokens_per_s"]:,.0f} tokens/s; bound on the speed-up from overlap, read from this '
             f'timeline: {run["speedup_bound"]:.2f}x'
-            f'<table style="border-collapse:collapse"><tr><th>lane</th><th>busy</th><th>idle</th></tr>'
+            f'<table style="border-collapse:collapse;margin-top:4px"><tr><th {td}>lane</th><th {td}>busy</th>'
+            f'<th {td}>idle</th></tr>'
             f"{rows}</table></div>")
 
 

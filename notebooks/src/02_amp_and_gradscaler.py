@@ -15,7 +15,9 @@
 # - what autocast does to each operation (which run in 16 bits and which stay in fp32);
 # - why fp16 gradients underflow, and how multiplying the loss by a scale S rescues them;
 # - the dynamic loss-scaling algorithm: unscale, inf/NaN check, skipped step, backoff and growth;
-# - what strict fp32, TF32, bf16 and fp16 cost in step time and memory, on this machine and on an H200.
+# - what strict fp32, TF32, bf16 and fp16 cost in step time and memory, on this machine and on an H200;
+# - what holds a training step's peak GPU memory (weights, gradients, optimizer state, activations,
+#   autocast's weight copies), read from a `torch.cuda.memory` snapshot.
 
 # %%
 {{SETUP}}
@@ -30,17 +32,19 @@
 P = device.defaults()
 DEVICE = P["device"]
 PRESET = {"smoke": "smoke", "cpu": "cpu"}.get(P["size"], "small_gpu")   # course_kit.models.tiny_gpt presets
-STEPS = {"smoke": 20, "cpu": 40, "small_gpu": 60, "full": 100}[P["size"]]
+# cpu: 12 steps keep section 4's five training runs within about 30 s on an idle 2-core machine
+STEPS = {"smoke": 20, "cpu": 12, "small_gpu": 60, "full": 100}[P["size"]]
 BATCH = {"smoke": 8, "cpu": 8, "small_gpu": 8, "full": 32}[P["size"]]
 LR = 3e-3 if PRESET in ("smoke", "cpu") else 3e-4
 
 # %%
 import torch
 
-from course_kit import amp, bench, notebook, widgets
-from course_kit.amp import explain as amp_explain
+from course_kit import amp, bench, device, notebook, reference, widgets
+from course_kit.amp import explain as amp_explain, snapshot as amp_snapshot
 from course_kit.models import tiny_gpt
 from course_kit.notebook import md, show_source
+from course_kit.profiling import memory as pmemory
 from course_kit.plots import amp as amp_plots
 from course_kit.widgets.amp import LossScaleExplorer, ScalerStepper
 
@@ -57,9 +61,9 @@ print(f"model: {PRESET} preset, {cfg.n_params():,} parameters; {STEPS} steps of 
 # |---|---|---|---|---|
 # | `fp32` | fp32 | fp32 (TF32 off) | fp32 | none |
 # | `tf32` | fp32 | TF32 tensor cores (10-bit mantissa) | fp32 | none |
-# | `bf16` | fp32 | bf16 under autocast | activations' grads in bf16 | none needed |
-# | `fp16_scaler` | fp32 | fp16 under autocast | activations' grads in fp16 | dynamic loss scaling |
-# | `fp16_noscale` | fp32 | fp16 under autocast | activations' grads in fp16 | none: small ones underflow |
+# | `bf16` | fp32 | bf16 under autocast | computed in bf16 (weights' grads then cast to fp32) | none needed |
+# | `fp16_scaler` | fp32 | fp16 under autocast | computed in fp16 (weights' grads then cast to fp32) | dynamic loss scaling |
+# | `fp16_noscale` | fp32 | fp16 under autocast | computed in fp16 (weights' grads then cast to fp32) | none: small ones underflow |
 #
 # A mode is just a context the forward pass runs in:
 
@@ -106,10 +110,13 @@ show_source(amp.train)
 # out of the flush-to-zero zone. Dividing by $S$ in fp32 before the optimizer step gives back the
 # true gradients.
 #
-# *Which* gradients are at risk? Not the weights' gradients: the weights are fp32, so their
-# gradients are accumulated in fp32. Under autocast, what the backward pass carries in fp16 are the
-# **activation gradients**: the gradient of the loss with respect to each operation's fp16 output.
-# The first of them is small by construction. The loss is a mean over the $N$ tokens of the step, so
+# *Which* gradients are at risk? Everything the backward pass computes in fp16. That is first the
+# **activation gradients**, the gradient of the loss with respect to each operation's fp16 output. It
+# is also the **weights' gradients**: under autocast a linear layer's forward used an fp16 copy of
+# its fp32 weight, so its weight gradient comes out of an fp16 matrix multiply (of fp16 activations
+# and fp16 output gradients) and is cast to fp32 only afterwards, for the fp32 weight. Whatever
+# underflowed in fp16 stays zero in fp32: section 4 counts those zeros.
+# The first activation gradient is small by construction. The loss is a mean over the $N$ tokens of the step, so
 # $\partial L / \partial \text{logit}_{ij} = (\text{softmax}_{ij} - [j = y_i]) / N$ ($y_i$ is token $i$'s label), and while
 # the model is still close to a uniform guess, $\text{softmax}_{ij} \approx 1/V$ for a vocabulary of $V$:
 # most entries are about $1/(N V)$. We hook those gradients on the course's model, once in fp32 (their
@@ -232,7 +239,11 @@ amp_plots.time_and_memory(runs)
 # %%
 t = {m: r.median_step_s() for m, r in runs.items()}
 zero = {m: sum(r.zero_grads) / len(r.zero_grads) for m, r in runs.items()}
-md(amp_explain.explain_step_speed(t, DEVICE) + "\n\n"
+same_gpu = reference.load("amp", reference.gpu_slug()) if DEVICE == "cuda" else None   # this GPU's own record
+heads = [notebook.headline("bf16 step over strict fp32", t["fp32"] / t["bf16"],
+                           (same_gpu or {}).get("summary", {}).get("bf16_speedup_vs_fp32"), "x", 2)] if DEVICE == "cuda" else []
+md(amp_explain.explain_step_speed(t, DEVICE, device.gpu_name() or "CPU") + "\n\n"
+   + (f"A bf16 step over a strict fp32 step, this run: **{heads[0].text}**.\n\n" if heads else "")
    + amp_explain.explain_saved_bytes({m: r.saved_by_dtype for m, r in runs.items()}) + "\n\n"
    + f"The weights' gradients (fp32) that were exactly zero, averaged over the steps: fp16 without a scaler "
      f"**{zero['fp16_noscale']:.3%}**, with the scaler {zero['fp16_scaler']:.3%}, fp32 {zero['fp32']:.3%}. "
@@ -240,7 +251,7 @@ md(amp_explain.explain_step_speed(t, DEVICE) + "\n\n"
    + amp.explain_logit_grads(BATCH * cfg.seq_len, cfg.vocab, logit_zero_fp16,
                              runs["fp16_noscale"].losses, where="this run")
    + "".join(f"\n- {', '.join(f'`{m}`' for m in runs if amp.note(m, DEVICE) == n)}: {n}"
-             for n in dict.fromkeys(amp.note(m, DEVICE) for m in runs) if n))
+             for n in dict.fromkeys(amp.note(m, DEVICE) for m in runs) if n), headlines=heads)
 
 # %% [markdown]
 # ## 5. On an H200: speed, memory and skipped steps at scale
@@ -287,6 +298,41 @@ if ref is not None:
     fig = amp_plots.scale_history(fp16, title="GradScaler's scale on the reference GPU") if fp16 else None
 else:
     fig = None
+fig
+
+# %% [markdown]
+# ## 6. What holds the peak memory: a `torch.cuda.memory` snapshot
+#
+# A peak is a sum. `torch.cuda.memory._record_memory_history()` makes PyTorch's caching allocator log
+# every allocation and free of one training step, with its address and size; `_snapshot()` returns
+# that log and the blocks alive (`torch.cuda.memory._dump_snapshot("step.pickle")` writes the same to a
+# file that https://pytorch.org/memory_viz draws). `profiling.memory.breakdown` replays the log,
+# finds the moment the allocated bytes peaked, and says what held them: the fp32 weights (autocast's
+# "masters"), their gradients, AdamW's two moments per weight, autocast's cached 16-bit copies of the
+# weights, the activations saved for backward, and temporaries. A CPU has no such log: on a CPU this
+# section shows the H200's record.
+
+# %%
+show_source(pmemory.breakdown)
+
+# %%
+if DEVICE == "cuda":
+    snaps = []
+    for mode in ("fp32", "bf16", "fp16_scaler"):
+        snap_model = tiny_gpt.TinyGPT.from_preset(PRESET, seed=0, device=DEVICE)
+        snaps.append({"name": mode, "memory_breakdown": amp_snapshot.step_memory(snap_model, data[0], mode)})
+        del snap_model
+    where = f"this GPU ({device.gpu_name()}), the {PRESET} model, batch {BATCH}"
+else:
+    ref_amp = notebook.record("amp", quiet=True)
+    snaps = [r for r in (ref_amp or {}).get("results", []) if r.get("memory_breakdown", {}).get("by_category")]
+    where = f"the H200 record ({(ref_amp or {}).get('params', {}).get('preset', '?')} model)"
+if snaps:
+    fig = amp_plots.memory_breakdown(snaps, title=f"What holds one training step's peak memory: {where}")
+    md(amp_explain.explain_memory_breakdown(snaps))
+else:
+    fig = None
+    md("No H200 record with a memory snapshot yet (`course-kit bench amp` on the H200 records one per mode).")
 fig
 
 # %% [markdown]
@@ -383,6 +429,10 @@ grading.check("02.unscale_clip_hidden", unscale_and_clip)
 # - Autocast runs matmuls in 16 bits and saves many activations in 16 bits, but not all: the
 #   operations it keeps in fp32 save fp32 tensors. Sections 4 and 5 measured what that bought in step
 #   time and bytes, here and on an H200.
+# - The weights' gradients come out of 16-bit matrix multiplies too, before their cast to fp32: they
+#   can underflow without a scaler, like the activation gradients.
+# - A step's peak memory is weights + gradients + optimizer state, which autocast does not shrink, plus
+#   activations and 16-bit weight copies, which it changes: a memory snapshot shows each.
 #
 # **Further reading**
 # - P. Micikevicius et al., *Mixed Precision Training*, ICLR 2018 (loss scaling).
@@ -390,5 +440,7 @@ grading.check("02.unscale_clip_hidden", unscale_and_clip)
 #   Mixed Precision examples* (GradScaler with gradient clipping, accumulation, several optimizers).
 # - D. Kalamkar et al., *A Study of BFLOAT16 for Deep Learning Training*, 2019.
 # - NVIDIA, *Train With Mixed Precision* (user guide).
+# - PyTorch documentation, *Understanding CUDA Memory Usage* (`torch.cuda.memory._record_memory_history`,
+#   `_dump_snapshot`, and the viewer at pytorch.org/memory_viz).
 #
 # **Next:** `03_torch_compile_modes.ipynb` makes each step faster a different way: by compiling it.

@@ -16,7 +16,8 @@
 # - how Inductor fuses an elementwise chain, read directly in the code it generates;
 # - compile time against steady-state time, per mode, and when compiling pays off;
 # - graph breaks (`print`, a Python `if` on a tensor value) and how to find them with
-#   `torch._dynamo.explain`;
+#   `torch._dynamo.explain` and `TORCH_LOGS="graph_breaks,recompiles"`;
+# - how to read a profiler trace of eager against compiled code: kernels per call, launch gaps;
 # - recompiles when shapes change, and how `dynamic=True` or `mark_dynamic` avoid them;
 # - on an H200: reduce-overhead on a batch-1 decode step, max-autotune on a training step, and the
 #   kernels each mode launches.
@@ -39,13 +40,17 @@ CHAIN_MODES = ["eager", "default"] if DEVICE == "cpu" else ["eager", "default", 
 
 # %%
 import re
+import tempfile
 import time
 
 import torch
 
 from course_kit import compile_modes as cm
-from course_kit import notebook, widgets
-from course_kit.compile_modes import breakeven, graphs
+from course_kit import narrate, notebook, reference, widgets
+from course_kit.benchmarks import lesson_traces
+from course_kit.compile_modes import breakeven, graphs, kernels as ckernels
+from course_kit.plots import profiling as pplots
+from course_kit.profiling import compile_logs, explain as pexplain, files as tfiles, trace as ptrace
 from course_kit.widgets.compile_modes import BreakEven
 from course_kit.notebook import md, show_source
 from course_kit.plots import compile_modes as cplots
@@ -88,9 +93,12 @@ ops = cm.eager_ops(cm.bias_gelu_residual, x, bias, residual)
 print("eager runs these ATen ops, one kernel each:", ops)
 
 # %%
-t0 = time.perf_counter()
-out, code = cm.generated_code(cm.bias_gelu_residual, x, bias, residual)
-codegen_s = time.perf_counter() - t0
+# Inductor's on-disk cache for this notebook: empty now, so this first compile is a cold one
+COMPILE_CACHE = tempfile.mkdtemp(prefix="course_kit_03_")
+with cm.fresh_caches(COMPILE_CACHE) as CACHE_DIR:
+    t0 = time.perf_counter()
+    out, code = cm.generated_code(cm.bias_gelu_residual, x, bias, residual)
+    codegen_s = time.perf_counter() - t0
 torch.testing.assert_close(out, cm.bias_gelu_residual(x, bias, residual), rtol=1e-5, atol=1e-5)
 summary = cm.fusion_summary(code, cm.bias_gelu_residual, x, bias, residual)
 kernel = summary["kernels"][0]
@@ -110,29 +118,71 @@ md(f"Inductor generated **{len(summary['kernels'])} {summary['language']} kernel
    f"{'s' if loads != 1 else ''} (x, bias, residual) and {stores} store{'s' if stores != 1 else ''} (the "
    f"result): the intermediates stay in registers. Memory traffic drops from {tb['eager'] / 1e6:.2f} MB "
    f"(eager) to {tb['fused'] / 1e6:.2f} MB (fused), {tb['eager'] / tb['fused']:.2f}x less. Generating and "
-   f"compiling it took {codegen_s:.1f} s here (less when Inductor's on-disk cache already had it).")
+   f"compiling it took {codegen_s:.1f} s here, from an empty on-disk cache.")
 
 # %% [markdown]
 # ## 3. Compile time against steady state
 #
-# A chain like this is memory-bound, so the most fusion can give is the traffic ratio above; at small
-# sizes the eager kernels may find their data in cache, and the gain shrinks. Each mode starts from a
-# reset Dynamo; a compile whose graph Inductor has already cached on disk is faster. On a GPU,
+# A chain like this is memory-bound. If every kernel moved its bytes at the same rate, fusion could
+# gain at most the traffic ratio above; at small sizes the eager kernels may find their data in cache,
+# and the gain shrinks. Whether this run stayed within that ratio, and if not what else fusion removed,
+# is said below from the measurements. Each mode starts from a reset Dynamo, but with the on-disk cache
+# that section 2 filled: a warm compile, set beside section 2's cold one. On a GPU,
 # `reduce-overhead` also runs once with its inputs marked as static addresses, which shows what
 # copying them into the CUDA graph's buffers costs.
 
 # %%
-res = cm.measure_modes(cm.bias_gelu_residual, [(x, bias, residual)], CHAIN_MODES, device=DEVICE, repeat=REPEAT)
-if "reduce-overhead" in CHAIN_MODES:
-    res["reduce-overhead (static inputs)"] = cm.measure_mode(cm.bias_gelu_residual, [(x, bias, residual)],
-                                                             "reduce-overhead", device=DEVICE, repeat=REPEAT,
-                                                             static_inputs=True)
+with cm.cache_at(CACHE_DIR):            # the cache section 2 filled
+    res = cm.measure_modes(cm.bias_gelu_residual, [(x, bias, residual)], CHAIN_MODES, device=DEVICE, repeat=REPEAT)
+    if "reduce-overhead" in CHAIN_MODES:
+        res["reduce-overhead (static inputs)"] = cm.measure_mode(cm.bias_gelu_residual, [(x, bias, residual)],
+                                                                 "reduce-overhead", device=DEVICE, repeat=REPEAT,
+                                                                 static_inputs=True)
 rows = [dict(r.as_dict(), name=name) for name, r in res.items()]
 cplots.first_vs_steady(rows, title=f"bias + GELU + residual on {DEVICE}: first call vs steady state")
 
 # %%
-md(breakeven.explain_chain({name: r.as_dict() for name, r in res.items() if r.steady_s},
-                          input_bytes=sum(t.numel() * t.element_size() for t in (x, bias, residual))))
+chain = {name: r.as_dict() for name, r in res.items() if r.steady_s}
+OP_COST = ckernels.op_cost_s(DEVICE)    # one operator that does nothing: launch and dispatch alone
+md(breakeven.explain_chain(chain, input_bytes=sum(t.numel() * t.element_size() for t in (x, bias, residual)))
+   + "\n\n" + breakeven.explain_fusion_bound(chain["eager"]["steady_s"], chain["default"]["steady_s"],
+                                              tb["eager"] / tb["fused"], len(ops), len(summary["kernels"]), OP_COST)
+   + "\n\n" + breakeven.explain_cold_warm(codegen_s, chain["default"], chain["eager"],
+                                           f"Inductor's on-disk cache (`{CACHE_DIR}`)"))
+
+# %% [markdown]
+# ### What the profiler sees: three kernels against one
+#
+# The same chain, eager and compiled, under `torch.profiler` (a pass of its own, each call marked
+# `step k`): every kernel (on a CPU, every operator) on its own row, the gaps between them in red,
+# and the costliest ones. The trace is saved for Perfetto, and the H200's kept trace is shown beside
+# this machine's.
+
+# %%
+with cm.cache_at(CACHE_DIR):            # the compiled chain is in this cache: no second cold compile
+    own_prof = lesson_traces.profile_lesson("03", P)
+saved = [lesson_traces.save_row(r, "traces") for r in own_prof]
+rec_traces = notebook.record("traces", quiet=True)
+ref_prof = [r for r in (rec_traces or {}).get("results", []) if r.get("lesson") == "03"]
+ref_kept = {r["name"]: tfiles.load(r["name"]) for r in ref_prof}
+runs_g = {f"this machine: {r['what']}": ptrace.gantt_rows(r["trace"], steps=2) for r in own_prof}
+runs_g.update({f"H200 record: {r['what']}": ptrace.gantt_rows(ref_kept[r["name"]], steps=2)
+               for r in ref_prof if ref_kept.get(r["name"])})
+if not ref_prof:
+    md("No H200 trace of the chain is recorded yet (`course-kit bench traces` on the H200 records it): "
+       "below is this machine's alone.")
+pplots.gantt_pair(runs_g, "Two calls of the chain, eager against compiled (red: gaps inside a call)",
+                  thresholds={n: (1.0 if n.startswith("H200") or DEVICE == "cuda" else 5.0) for n in runs_g})
+
+# %%
+by_p = {r["variant"]: r for r in own_prof}
+lines = [pexplain.describe(r, f"This machine, {r['what']}") for r in own_prof]
+lines.append("This machine: " + pexplain.compare(by_p["eager"], by_p["default"], ("eager", "the compiled chain")))
+if len(ref_prof) >= 2:
+    by_r = {r["variant"]: r for r in ref_prof}
+    lines += [pexplain.describe(r, f"The H200 record, {r['what']}") for r in ref_prof]
+    lines.append("The H200 record: " + pexplain.compare(by_r["eager"], by_r["default"], ("eager", "the compiled chain")))
+md("\n\n".join(lines + [pexplain.how_to_open(p) for p in saved]))
 
 # %% [markdown]
 # ## 4. Graph breaks
@@ -141,7 +191,11 @@ md(breakeven.explain_chain({name: r.as_dict() for name, r in res.items() if r.st
 # `if` on one, needs the value on the host in the middle of the graph: Dynamo **breaks** the graph
 # there, runs that bit in Python, and starts a new graph after it. Each break costs a round trip to
 # Python and blocks fusion across it; under `reduce-overhead`, it splits the CUDA graph.
-# `torch._dynamo.explain` reports the graphs and the reasons.
+# `torch._dynamo.explain` reports the graphs and the reasons. The compiler also says it itself: run a
+# script with `TORCH_LOGS="graph_breaks,recompiles"` and it logs every break and recompile, with the
+# line of your code that caused it. In a notebook, `torch._logging.set_logs(graph_breaks=True,
+# recompiles=True)` does the same; `profiling.compile_logs.captured()` keeps those lines (and the
+# compiler's warnings about the breaks) so that they are shown below as what they are, its log.
 
 # %%
 show_source(graphs.forward_with_branch)
@@ -149,11 +203,19 @@ show_source(cm.graph_report)
 
 # %%
 w = torch.randn(COLS, 256, generator=g).to(DEVICE)
-report = cm.graph_report(graphs.forward_with_branch, x, w)
-ok, err = cm.compiles_fullgraph(graphs.forward_with_branch, x, w)
+with compile_logs.captured() as break_log:
+    report = cm.graph_report(graphs.forward_with_branch, x, w)
+    ok, err = cm.compiles_fullgraph(graphs.forward_with_branch, x, w)
 md(f"`forward_with_branch`: **{report['graphs']} graphs, {report['graph_breaks']} graph breaks**, "
    f"{report['ops']} ops captured. Reasons:\n" + "\n".join(f"- {r}" for r in report["break_reasons"]) +
    f"\n\nWith `fullgraph=True`, compilation refuses to break the graph and raises instead: `{err}`.")
+
+# %%
+key_lines = compile_logs.essentials(break_log)
+md(f"What `TORCH_LOGS=\"graph_breaks,recompiles\"` printed for those compiles: {len(break_log)} lines, of which "
+   f"these {len(key_lines)} say where and why (each `Graph break in user code at` names the line of "
+   f"`forward_with_branch` that broke the graph; `[warning]` lines are the compiler's own warning):"
+   "\n\n```text\n" + compile_logs.as_block(key_lines, limit=30) + "\n```")
 
 # %% [markdown]
 # ## 5. Recompiles when shapes change
@@ -167,7 +229,11 @@ md(f"`forward_with_branch`: **{report['graphs']} graphs, {report['graph_breaks']
 
 # %%
 shapes = [(8, 64), (12, 64), (20, 64), (33, 64), (64, 64)]
-recompiles = [cm.count_compiles(graphs.mlp_block, shapes, d) for d in cm.DYNAMIC_CHOICES]
+recompiles, recompile_log = [], {}
+for d in cm.DYNAMIC_CHOICES:
+    with compile_logs.captured() as lines:
+        recompiles.append(cm.count_compiles(graphs.mlp_block, shapes, d))
+    recompile_log[d] = [line for line in lines if line.startswith("[recompiles]")]
 cplots.recompiles(recompiles, title=f"Compilations over {len(shapes)} input shapes (per call: bar labels)")
 
 # %%
@@ -175,7 +241,11 @@ c = {r["dynamic"]: r["compiles"] for r in recompiles}
 md(f"Over {len(shapes)} different batch sizes: static shapes compiled **{c['static']}** times, the default "
    f"(automatic dynamic) **{c['automatic']}**, `dynamic=True` **{c['dynamic']}**, `mark_dynamic` "
    f"**{c['mark_dynamic']}**. A dynamic graph cannot specialise on the size (and CUDA graphs need one "
-   f"recording per shape anyway), which is why servers pad batches to a few fixed sizes.")
+   f"recording per shape anyway), which is why servers pad batches to a few fixed sizes.\n\n"
+   f"`TORCH_LOGS=\"recompiles\"` says why each recompile happened; with static shapes "
+   f"({len(recompile_log['static'])} lines, each guard that failed on a new shape):\n\n```text\n"
+   + compile_logs.as_block(compile_logs.essentials(recompile_log["static"]), limit=12)
+   + "\n```")
 
 # %% [markdown]
 # ## 6. On an H200: decode and training steps in every mode
@@ -204,6 +274,15 @@ if P["device"] == "cuda":
         r["name"] = f"this GPU: {r['name']}"
     assert all(r["correct"] for r in own_rows), "a compiled decode step disagrees with eager"
 cplots.speedups(own_rows, title="This GPU: small decode step, speed-up over eager") if own_rows else None
+
+# %%
+if own_rows:
+    same = reference.load("compile", reference.gpu_slug())      # this GPU's own record, if any
+    ro = next(r for r in own_rows if r["mode"] == "reduce-overhead")
+    h = notebook.headline("reduce-overhead over eager, decode step", ro["speedup_vs_eager"],
+                          (same or {}).get("summary", {}).get("decode_speedup", {}).get("reduce-overhead"), "x", 2)
+    md(f"This GPU, the small decode step: `reduce-overhead` ran **{narrate.ratio_words(ro['speedup_vs_eager'])}** "
+       f"eager (the ratio: {h.text}).", headlines=[h])
 
 # %%
 ref = notebook.record("compile")

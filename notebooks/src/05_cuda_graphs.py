@@ -43,7 +43,8 @@ RUN_COMPILE = GPU and P["size"] == "full"   # one torch.compile of the whole ste
 # %%
 import torch
 
-from course_kit import bench, narrate, notebook
+from course_kit import bench, narrate, notebook, reference
+from course_kit.benchmarks import lesson_traces
 from course_kit.cuda_graphs import buckets, pitfalls, runner as cg
 from course_kit.engine import trace
 from course_kit.attention import availability
@@ -52,7 +53,8 @@ from course_kit.cuda_graphs.explain import (explain_hbm, explain_kernels, explai
                                             explain_reduce_overhead_live, forms_table)
 from course_kit.models import llama, sampling
 from course_kit.notebook import md, show_source
-from course_kit.plots import cuda_graphs as cplots
+from course_kit.plots import cuda_graphs as cplots, profiling as pplots
+from course_kit.profiling import explain as pexplain, files as tfiles, step_table, trace as ptrace
 from course_kit.widgets import show
 from course_kit.widgets.cuda_graphs import GraphBuckets
 
@@ -60,6 +62,7 @@ if not GPU:
     torch.set_num_threads(1)  # tiny tensors: one thread avoids contention on a shared CPU
 DTYPE = P["dtype"]   # bf16 on sm_80+, fp16 on a T4 (whose bf16 is emulated), fp32 on a CPU
 REF = notebook.record("cuda_graphs", "h200", quiet=True)   # the H200 record, compared with yours
+SAME_GPU = REF if GPU and reference.gpu_slug() == "h200" else None   # a live figure's own record
 print(f"model {PRESET} in {device.dtype_name(DTYPE)} on {P['device']}; H200 record: {'yes' if REF else 'not yet'}")
 
 # %% [markdown]
@@ -77,14 +80,18 @@ show_source(cg.launch_overhead)
 own_launch = cg.launch_overhead(N_KERNELS, repeat=REPEAT)
 own = {"results": [{"name": "launch", **own_launch}], "summary": {}}
 text = f"Eagerly, one tiny kernel costs **{own_launch['eager_us_per_kernel']:.2f} µs** here ({P['device']})."
+heads = []
 if own_launch["ratio"]:
+    h = notebook.headline("launch ratio (eager / replayed kernel)", own_launch["ratio"],
+                          SAME_GPU["summary"]["launch_ratio"] if SAME_GPU else None, "x", 2)
+    heads.append(h)
     text += (f" Inside one graph replay it costs **{own_launch['graph_us_per_kernel']:.2f} µs**: a replayed "
-             f"kernel ran **{narrate.ratio_words(own_launch['ratio'])}** an eager one.")
+             f"kernel ran **{narrate.ratio_words(own_launch['ratio'])}** an eager one (the ratio: {h.text}).")
 if REF:
     r = REF["summary"]
     text += (f" Recorded on the reference {REF['environment']['gpu']}: a replayed kernel ran "
              f"**{narrate.ratio_words(r['launch_ratio'])}** an eager one.")
-md(text)
+md(text, headlines=heads)
 
 # %%
 records = [("yours", own)] + ([("H200 reference", REF)] if REF else [])
@@ -188,9 +195,14 @@ cplots.decode_figure([("yours", mine)] + ([("H200 reference", REF)] if REF else 
 # %%
 by = {(r["variant"], r["batch"]): r for r in rows}
 text = f"This run, batch 1: eager step **{by[('eager', 1)]['ms_per_step']:.2f} ms**"
+heads = []
 if GPU:
+    h = notebook.headline("graph over eager, batch 1", by[("eager", 1)]["ms_per_step"] / by[("graph", 1)]["ms_per_step"],
+                          SAME_GPU["summary"].get("graph_vs_eager_b1") if SAME_GPU else None, "x", 2)
+    heads.append(h)
     text += (f", graph replay **{by[('graph', 1)]['ms_per_step']:.3f} ms**: the replay ran "
-             f"**{narrate.speed(by[('graph', 1)]['ms_per_step'], by[('eager', 1)]['ms_per_step'])}** the eager step")
+             f"**{narrate.speed(by[('graph', 1)]['ms_per_step'], by[('eager', 1)]['ms_per_step'])}** the eager step "
+             f"({h.text})")
 text += "."
 if REF:
     s = REF["summary"]
@@ -199,7 +211,7 @@ if REF:
              f"({s['runner_variant']}) decoded **{s['runner_tokens_per_s_b1']:,.0f} tokens/s**, "
              f"**{narrate.ratio_words(s['runner_vs_hf_generate'])}** HF `generate` "
              f"({s['hf_generate_tokens_per_s_b1']:,.0f} tokens/s) on the same weights.")
-md(text)
+md(text, headlines=heads)
 
 # %% [markdown]
 # ## 4. Fewer kernels: fusing before capturing
@@ -355,6 +367,48 @@ else:
 forms_fig
 
 # %% [markdown]
+# ### What the profiler sees
+#
+# (This section comes after the Triton cells on purpose: in a Jupyter kernel, once `torch.profiler` has
+# run, Triton's CPU interpreter fails on the step's kernels, so on a CPU re-run the cells above first.)
+#
+# Timings say *how long* a step took; a profiler trace says *where the time went*. `torch.profiler`
+# records, from the GPU itself (CUPTI), when every kernel ran; `profiling.profile_steps` runs the
+# step a few times unprofiled, then again under the profiler with each call marked `step k`, and
+# `profiling.summarize` reads the trace: kernels per step, the **launch gaps** between them (the GPU
+# waiting for the host to launch the next kernel), the GPU's idle share of the window, and the
+# kernels that cost the most. On a CPU the trace holds CPU operators instead of kernels: the same
+# arithmetic then measures the time no operator ran (Python and dispatch overhead).
+
+# %%
+show_source(ptrace.summarize)
+
+# %%
+own_prof = lesson_traces.profile_lesson("05", P)       # this machine: eager (and a CUDA graph on a GPU)
+saved = [lesson_traces.save_row(r, "traces") for r in own_prof]
+rec_traces = notebook.record("traces")                  # the H200's kept traces (banner on a CPU)
+ref_prof = [r for r in (rec_traces or {}).get("results", []) if r.get("lesson") == "05" and r.get("variant") != "exercise"]
+ref_kept = {r["name"]: tfiles.load(r["name"]) for r in ref_prof}
+runs = {f"this machine: {r['what']}": ptrace.gantt_rows(r["trace"], steps=2) for r in own_prof}
+runs.update({f"H200 record: {r['what']}": ptrace.gantt_rows(ref_kept[r["name"]], steps=2)
+             for r in ref_prof if ref_kept.get(r["name"])})
+if not ref_prof:
+    md("No H200 trace is recorded yet (`course-kit bench traces` on the H200 records it): below is this machine's alone.")
+pplots.gantt_pair(runs, "Two decode steps, kernel by kernel (red: gaps inside a step)",
+                  thresholds={n: (1.0 if n.startswith("H200") or GPU else 5.0) for n in runs})
+
+# %%
+md("\n\n".join([pexplain.describe(r, f"This machine, {r['what']}") for r in own_prof]
+                 + [pexplain.describe(r, f"The H200 record, {r['what']}") for r in ref_prof]
+                 + ([pexplain.compare(*ref_prof[:2], names=("eager", "the graph"))] if len(ref_prof) >= 2 else [])
+                 + [pexplain.how_to_open(p) for p in saved]))
+
+# %%
+pplots.top_kernels(ref_prof[0] if ref_prof else own_prof[0],
+                   f"Costliest {'kernels' if ref_prof or GPU else 'operators'} per step: "
+                   f"{(ref_prof or own_prof)[0]['what']}" + (" (H200 record)" if ref_prof else " (this machine)"))
+
+# %% [markdown]
 # ## 6. Pitfalls
 #
 # Each of these is demonstrated on a GPU in a separate process (a failed capture can leave the
@@ -494,6 +548,75 @@ from course_kit import grading
 grading.check("05.bucket_waste", PREDICTED_WASTE, WASTE, WORST_BUCKET, EXTRA)
 
 # %% [markdown]
+# ## Exercise 05.read_trace: read a step from its trace, and pick the fix
+#
+# `STEP` is one decode step of a profiler trace, kernel by kernel: the H200's eager step at batch 4
+# once the H200 trace is recorded (a step you have not seen above), else a synthetic step of the same
+# shape. Each row is `{"name", "kind", "start_us", "end_us"}`; `kind` is `"matmul"` (a GEMM or GEMV
+# kernel) or `"other"`; the kernels run one after another on one stream. The step's **span** runs from
+# the first kernel's start to the last one's end; a **gap** is a stretch between one kernel's end and
+# the next kernel's start. From the table, answer:
+#
+# 1. `DOMINANT`: the kernel name with the most GPU time in the step (a name's calls add up);
+# 2. `GAP_SHARE`: the share of the span in which no kernel runs (the gaps over the span);
+# 3. `FIX` and `GAIN`: which fix raises the tokens per second the most, and by what factor (new tokens
+#    per second over the old), under these models:
+#    - (A) **CUDA graphs**: every gap longer than 1.0 µs shrinks to 1.0 µs; the kernels are unchanged;
+#    - (B) **fusion**: each run of two or more consecutive `"other"` kernels becomes one kernel, as long
+#      as the run's longest kernel, and the gaps inside the run vanish;
+#    - (C) **a batch twice as large**: each step makes twice the tokens; `"matmul"` kernels keep their
+#      time (they read the same weights), every other kernel takes twice as long, gaps are unchanged.
+#
+# The check reads `TRACE_ID` to know which table you answered from. It checks the form of your answers
+# here; your instructor's grading checks their values.
+
+# %%
+STEP, STEP_SOURCE = step_table.exercise_step()
+TRACE_ID = step_table.step_id(STEP)
+md(f"`STEP`: {len(STEP)} kernels of one decode step, from {STEP_SOURCE}. `TRACE_ID = {TRACE_ID!r}`. The first rows:\n\n"
+   "| name | kind | start (µs) | end (µs) |\n|---|---|---|---|\n"
+   + "\n".join(f"| `{r['name'][:60]}` | {r['kind']} | {r['start_us']:.3f} | {r['end_us']:.3f} |" for r in STEP[:6]))
+pplots.kernel_gantt([dict(r, lane="the step", step=None) for r in STEP], "The exercise's step", threshold_us=float("inf"))
+
+# %% {"course_kit": {"exercise": "05.read_trace", "role": "solution", "points": 3, "task": "compute DOMINANT, GAP_SHARE, FIX and GAIN from STEP (see the task above)"}}
+### BEGIN SOLUTION
+rows = sorted(STEP, key=lambda r: r["start_us"])
+span = max(r["end_us"] for r in rows) - rows[0]["start_us"]
+gaps, end = {}, rows[0]["end_us"]
+for i, r in enumerate(rows[1:], start=1):
+    if r["start_us"] > end:
+        gaps[i] = r["start_us"] - end
+    end = max(end, r["end_us"])
+per_name = {}
+for r in rows:
+    per_name[r["name"]] = per_name.get(r["name"], 0.0) + r["end_us"] - r["start_us"]
+DOMINANT = max(per_name, key=per_name.get)
+GAP_SHARE = sum(gaps.values()) / span
+graphs = span - sum(max(0.0, g - 1.0) for g in gaps.values())
+saved_us, run = 0.0, []
+for i, r in enumerate(rows + [{"kind": None}]):
+    if r["kind"] == "other":
+        run.append(i)
+        continue
+    if len(run) >= 2:
+        d = [rows[j]["end_us"] - rows[j]["start_us"] for j in run]
+        saved_us += sum(d) - max(d) + sum(gaps.get(j, 0.0) for j in run[1:])
+    run = []
+gains = {"A": span / graphs, "B": span / (span - saved_us),
+         "C": 2 * span / (span + sum(r["end_us"] - r["start_us"] for r in rows if r["kind"] != "matmul"))}
+FIX = max(gains, key=gains.get)
+GAIN = gains[FIX]
+print(f"{DOMINANT}: dominant; gaps {GAP_SHARE:.1%} of the span; speed-ups {gains}")
+### END SOLUTION
+
+# %% {"course_kit": {"exercise": "05.read_trace", "role": "check"}}
+from course_kit import grading
+grading.check("05.read_trace", TRACE_ID, DOMINANT, GAP_SHARE, FIX, GAIN)
+
+# %% {"course_kit": {"exercise": "05.read_trace", "role": "hidden"}}
+grading.check("05.read_trace_hidden", TRACE_ID, DOMINANT, GAP_SHARE, FIX, GAIN)
+
+# %% [markdown]
 # ## Summary
 # - A CUDA graph turns hundreds of launches into one. At batch 1 the decode step is launch-bound, so
 #   replaying it is worth a large factor; fusing kernels first (Inductor) removes more.
@@ -505,9 +628,13 @@ grading.check("05.bucket_waste", PREDICTED_WASTE, WASTE, WORST_BUCKET, EXTRA)
 #   (static KV cache marked static, no syncs).
 # - At batch 1 the step is a chain of matrix-vector products: what remains after graphs and fusion
 #   is how close each kernel reads at the copy rate, and the gaps between kernels (PDL narrows them).
+# - A profiler trace shows where a step's time goes: kernels per step, the gaps between them, the
+#   costliest kernels. Open a saved trace in https://ui.perfetto.dev to walk through it yourself.
 #
 # **Further reading**
 # - NVIDIA, *CUDA C++ Programming Guide*, section "CUDA Graphs".
+# - PyTorch documentation: *torch.profiler* (and the recipe *PyTorch Profiler*); the Perfetto UI
+#   documentation (ui.perfetto.dev) for reading a Chrome/Perfetto trace.
 # - PyTorch documentation: *CUDA semantics: CUDA Graphs* (`torch.cuda.graph`, memory pools, partial
 #   network capture), and *CUDAGraph Trees*.
 # - PyTorch blog, *Accelerating PyTorch with CUDA Graphs* (2021); the gpt-fast repository

@@ -16,7 +16,9 @@
 # - how events and `wait_stream` order work across streams, and the two classic races (a missing
 #   wait, a missing `record_stream`) with their fixes;
 # - why host-to-device copies need pinned memory to overlap compute;
-# - how to read a timeline: GPU idle fraction, and the bound on what overlap can gain;
+# - how to read a timeline: idle fraction, and the bound on what overlap can gain;
+# - how to read a profiler trace of the engine: GPU idle from kernel intervals, split into the time
+#   between steps (what async removes) and between kernels inside a step (what fusion removes);
 # - the engine's async mode: placeholders for tokens the host does not have yet, filled on the GPU.
 
 # %%
@@ -47,18 +49,20 @@ import os
 
 import torch
 
-from course_kit import bench, narrate, notebook, streams
-from course_kit.benchmarks import async_blog, async_engine as async_bench
+from course_kit import bench, narrate, notebook, reference, streams
+from course_kit.benchmarks import async_blog, async_engine as async_bench, lesson_traces
 from course_kit.engine import Engine, SamplingParams
 from course_kit.engine.async_loop import AsyncEngine
 from course_kit.models import llama
 from course_kit.notebook import md, show_source
-from course_kit.plots import streams as splots
+from course_kit.plots import profiling as pplots, streams as splots
+from course_kit.profiling import explain as pexplain, files as tfiles, trace as ptrace
 from course_kit.streams import gpu
-from course_kit.streams.explain import explain_blog, explain_pair
+from course_kit.streams.explain import explain_blog, explain_pair, overlap_figures, which_mattered
 from course_kit.widgets import show
 from course_kit.widgets.streams import OverlapExplorer
 
+SAME_GPU_STREAMS = reference.load("streams", reference.gpu_slug()) if ON_GPU else None   # a live figure's own record
 print(f"device {P['device']}, dtype {device.dtype_name(P['dtype'])}, size {P['size']}, "
       f"toy loop: batch {LOOP['batch']}, {LOOP['steps']} steps; engine: {ENGINE_MODEL}, batch {ENGINE_BATCH}")
 
@@ -103,8 +107,12 @@ fig
 # %%
 if conc_speedup is not None:
     words = narrate.ratio_words(conc_speedup, better="sooner", worse="later", same="at about the same time as")
-    md(here(f"The same four kernels finish **{words}** on one stream when each has its own stream. "
-            "Nothing about the kernels changed: only the queue they were put on."))
+    h = notebook.headline("four spin kernels, one stream each over one stream", conc_speedup,
+                          (SAME_GPU_STREAMS or {}).get("summary", {}).get("spin_concurrency_speedup") if ON_GPU else None,
+                          "x", 2)
+    md(here(f"The same four kernels finish **{words}** on one stream when each has its own stream "
+            f"(the ratio: {h.text}). Nothing about the kernels changed: only the queue they were put on."),
+       headlines=[h] if ON_GPU else None)
 else:
     md("No GPU here and no recorded run yet: run `course-kit bench streams` on a GPU to fill this in.")
 
@@ -248,10 +256,14 @@ else:
 if copy_rows:
     by = {r["name"]: r for r in copy_rows}
     pin, page = by["copy stream: pinned, non_blocking"], by["copy stream: pageable, non_blocking"]
+    h = notebook.headline("pinned copy beside compute over copy-then-compute", pin["speedup_vs_serial"],
+                          (SAME_GPU_STREAMS or {}).get("summary", {}).get("pinned_overlap_speedup") if ON_GPU else None,
+                          "x", 2)
     md(here(f"Pinned + `non_blocking` on a copy stream: **{narrate.ratio_words(pin['speedup_vs_serial'])}** "
-            f"copy-then-compute, and the host was held for **{pin['host_blocked_ms']:.2f} ms**. From pageable "
+            f"copy-then-compute ({h.text}), and the host was held for **{pin['host_blocked_ms']:.2f} ms**. From pageable "
             f"memory the host was held **{page['host_blocked_ms']:.2f} ms**, and the copy stream ran "
-            f"**{narrate.ratio_words(page['speedup_vs_serial'])}** copy-then-compute."))
+            f"**{narrate.ratio_words(page['speedup_vs_serial'])}** copy-then-compute."),
+       headlines=[h] if ON_GPU else None)
 
 # %% [markdown]
 # ## 5. The step loop, sync and async, on any machine
@@ -293,14 +305,17 @@ def loop_explained(name, r):
     return f"- **{name}**: " + explain_pair(r["sync"]["timeline"], r["async"]["timeline"],
                                             lanes=("cpu", "device"), device_lane="device", device_name="device")
 
+figs = {name: overlap_figures(r["sync"]["timeline"], r["async"]["timeline"], lanes=("cpu", "device"),
+                              device_lane="device") for name, r in (("real", real), ("ideal", ideal))}
 md("\n".join([f"Tokens identical in both modes. This process may use {cpu_cores or '?'} CPU cores.",
               loop_explained("real matmuls on a worker thread", real),
-              loop_explained(f"device steps of at least {DEVICE_MS} ms", ideal)]))
+              loop_explained(f"device steps of at least {DEVICE_MS} ms", ideal), "",
+              which_mattered(figs["real"], figs["ideal"])]))
 
 # %% [markdown]
 # ### Reading a timeline
-# Two numbers summarise a timeline. The **GPU idle fraction** is the share of the wall time in which
-# nothing ran on the GPU lane. The **bound on the speed-up from overlap**: once host and device work
+# Two numbers summarise a timeline. The **idle fraction** of a lane is the share of the wall time in
+# which nothing ran on it. The **bound on the speed-up from overlap**: once host and device work
 # overlap perfectly, a step can be no shorter than its busiest lane, so the best speed-up is
 # `wall time / max(GPU busy, CPU busy)`. When the GPU is the busier lane this is `1 / (1 - idle)`:
 # if every lane stays busy exactly as long as before, a GPU idle 20% of the time can gain at most
@@ -309,6 +324,13 @@ md("\n".join([f"Tokens identical in both modes. This process may use {cpu_cores 
 # a busy thread a little slower). So a measured gain can land above the bound as well as below it; to
 # know which lane changed, compare the busy times of the two timelines, as the explanations in this
 # notebook do. The exercises at the end predict the async run from a sync timeline.
+#
+# A timeline is only as fine as its spans. Here the device lane holds the work itself. The engine of
+# section 6 records its GPU lane with two CUDA events around each *whole step*: every gap between two
+# kernels inside a step counts as busy there. That timeline is the host's picture of the loop. What
+# the GPU did, and when it waited, is read from a profiler trace instead: **GPU idle** = 1 − (union of
+# the kernels' and copies' execution intervals) / (the window's wall time), measured in a profiled pass
+# of its own (section 6 shows one).
 
 # %%
 show_source(streams.Timeline.idle_fraction)
@@ -379,6 +401,45 @@ md(f"On this machine ({'GPU' if ON_GPU else 'CPU, worker thread as the device'})
    + explain_pair(runs["sync"][1], runs["async"][1]))
 
 # %% [markdown]
+# ### What the GPU did: the profiler's view of the engine
+#
+# The same engine, run again under `torch.profiler` (a pass of its own, so the timed runs above stay
+# unprofiled). Each step is marked with `record_function("step k")`; every kernel and copy is
+# attributed to the step whose host call launched it. The idle time then splits in two: **between
+# steps** (the GPU waits for the host to prepare the next step: what the async loop removes) and
+# **inside steps**, between one step's kernels (launch latency, even inside a CUDA graph: what fusion
+# and megakernels remove). On a CPU the "device" is the worker thread, and the trace holds operators.
+
+# %%
+show_source(AsyncEngine.step, span="with record_function")
+
+# %%
+own_prof = lesson_traces.profile_lesson("07", P)          # sync and async, profiled on this machine
+saved = [lesson_traces.save_row(r, "traces") for r in own_prof]
+rec_traces = notebook.record("traces", quiet=True)
+ref_prof = [r for r in (rec_traces or {}).get("results", []) if r.get("lesson") == "07"]
+ref_kept = {r["name"]: tfiles.load(r["name"]) for r in ref_prof}
+runs_g = {f"this machine, {r['variant']}": ptrace.gantt_rows(r["trace"], steps=3) for r in own_prof}
+runs_g.update({f"H200 record, {r['variant']}": ptrace.gantt_rows(ref_kept[r["name"]], steps=3)
+               for r in ref_prof if ref_kept.get(r["name"])})
+if not ref_prof:
+    md("No H200 trace of the engine is recorded yet (`course-kit bench traces` on the H200 records it): "
+       "below is this machine's alone.")
+pplots.gantt_pair(runs_g, "Three engine steps, operator by operator or kernel by kernel (red: gaps inside a step)",
+                  thresholds={n: (1.0 if n.startswith("H200") or ON_GPU else 5.0) for n in runs_g})
+
+# %%
+by_p = {r["variant"]: r for r in own_prof}
+lines = [pexplain.describe(r, f"This machine, {r['what']}") for r in own_prof]
+lines.append("This machine: " + pexplain.compare(by_p["sync"], by_p["async"], ("sync", "async")))
+if ref_prof:
+    by_r = {r["variant"]: r for r in ref_prof}
+    lines += [pexplain.describe(r, f"The H200 record, {r['what']}") for r in ref_prof]
+    lines.append("The H200 record: " + pexplain.compare(by_r["sync"], by_r["async"], ("sync", "async")))
+lines += [pexplain.how_to_open(p) for p in saved]
+md("\n\n".join(lines))
+
+# %% [markdown]
 # ## 7. Across batch sizes and model sizes
 #
 # The gain depends on the ratio of host time to device time per step. Small batches of a small model
@@ -394,6 +455,15 @@ own = bench.run_topic("async", {"size": P["size"], "batches": SWEEP_BATCHES, "pr
                                 "models": [ENGINE_MODEL], "new_tokens": NEW_TOKENS})
 splots.idle_and_throughput(own["results"], x="batch", group="model",
                            title=f"This machine ({own['environment'].get('gpu') or 'CPU'})")
+
+# %%
+# on a GPU every row carries both figures: the step brackets' (host) and the profiler's (GPU idle)
+gpu_rows = [r for r in own["results"] if r.get("gpu_idle_fraction") is not None]
+if gpu_rows:
+    r = max(gpu_rows, key=lambda r: abs(r["gpu_idle_fraction"] - r["host_step_gap_fraction"]))
+    md("This machine, the case where they differ most: " + pexplain.event_vs_profiler(
+        r["host_step_gap_fraction"], r["gpu_idle_fraction"], r.get("gpu_idle_within_steps"),
+        f"{r['model']} at batch {r['batch']}, {r['mode']} loop"))
 
 # %%
 ref_async = notebook.record("async", quiet=True)
@@ -416,6 +486,17 @@ if head:
     # assumes they stay the same; the explanation says whether they did)
     md(f"On the reference GPU, at {head['model']} batch {head['batch']}: "
        + explain_pair(ref_async["timelines"][f"{key}/sync"], ref_async["timelines"][f"{key}/async"]))
+    rows_h = {r["mode"]: r for r in ref_async["results"] if r["model"] == head["model"] and r["batch"] == head["batch"]}
+    if all(rows_h[m].get("gpu_idle_fraction") is not None for m in ("sync", "async")):
+        md(" ".join(pexplain.event_vs_profiler(rows_h[m]["host_step_gap_fraction"], rows_h[m]["gpu_idle_fraction"],
+                                               rows_h[m].get("gpu_idle_within_steps"), f"The {m} loop")
+                    for m in ("sync", "async"))
+           + f" Of the async loop's GPU idle, {rows_h['async']['gpu_idle_between_steps']:.1%} of the window lies "
+             f"between steps and {rows_h['async']['gpu_idle_within_steps']:.1%} inside them; the profiler slowed "
+             f"that pass by {rows_h['async']['profiler_overhead']:.0%}.")
+    else:
+        md("This record was made before the profiler measured the GPU's idle fraction: its figures are the step "
+           "brackets' (the host's picture). `course-kit bench async` on the H200 records both.")
 else:
     fig = None
 fig
@@ -443,12 +524,13 @@ else:
        "full-size GPU). The claim it will be held against: " + async_blog.CLAIM["source"] + ".")
 
 # %% [markdown]
-# The two numbers of a timeline, read with `Timeline`, for the engine runs of section 6:
+# The two numbers of a timeline, read with `Timeline`, for the engine runs of section 6 (the host's
+# picture: the share of the window outside the step brackets, and the bound read from it):
 
 # %%
 for mode, (t, tl) in runs.items():
     two = streams.Timeline([sp for sp in tl.spans if sp.lane in ("cpu", "gpu")])
-    print(f"{mode:5s}: GPU idle {two.idle_fraction('gpu'):.1%}, bound read from this timeline "
+    print(f"{mode:5s}: outside the step brackets {two.idle_fraction('gpu'):.1%}, bound read from this timeline "
           f"{two.overlap_speedup_bound(['cpu', 'gpu']):.2f}x")
 
 # %% [markdown]
@@ -555,8 +637,10 @@ grading.check("07.overlap_predict_hidden", CAUSE)
 # - Two races to remember: reading before the producer is done (missing wait), and memory reused
 #   while another stream still reads it (missing `record_stream`).
 # - Copies overlap compute only from pinned memory, with `non_blocking=True`, on another stream.
-# - A timeline gives the GPU idle fraction and the bound `window / busiest lane` on what overlap
+# - A timeline gives a lane's idle fraction and the bound `window / busiest lane` on what overlap
 #   can gain; overlap hides the smaller of host and device time per step, never the larger.
+# - GPU idle comes from a profiler trace (kernel and copy intervals), not from events around whole
+#   steps: what is left after async lies between kernels inside a step, which fusion attacks.
 # - The engine's async mode schedules and prepares step N+1 while step N runs, carrying tokens it
 #   does not know yet as placeholders filled on the GPU: same tokens, less idle time.
 #
@@ -566,6 +650,8 @@ grading.check("07.overlap_predict_hidden", CAUSE)
 #   management" (`record_stream`).
 # - M. Harris, *How to Overlap Data Transfers in CUDA C/C++*, NVIDIA Technical Blog, 2012.
 # - vLLM and SGLang documentation on asynchronous (overlap) scheduling.
+# - PyTorch documentation, *torch.profiler*; NVIDIA *Nsight Systems* user guide (the same timeline, for
+#   the whole process).
 #
 # **Next:** notebook 08 makes the GPU part itself faster, from naive attention to a flash-attention
 # kernel in Triton.

@@ -14,7 +14,8 @@
 # - how the techniques of the course add up on one workload, and which ones matter most where;
 # - how to compare serving systems honestly: same requests, same lengths, same clock, correctness
 #   first;
-# - how to read the recorded H200 comparison when no GPU is at hand.
+# - how to read the recorded H200 comparison when no GPU is at hand;
+# - how to read one engine step in a profiler trace: kernels per step, the gaps between them, GPU idle.
 
 # %%
 {{SETUP}}
@@ -34,13 +35,15 @@ SIZE = P["size"]
 import plotly.graph_objects as go
 import torch
 
-from course_kit import bench, notebook, widgets
+from course_kit import bench, notebook, reference, widgets
 from course_kit.capstone import ladder
-from course_kit.benchmarks import capstone
+from course_kit.benchmarks import capstone, lesson_traces
 from course_kit.notebook import md, show_source
-from course_kit.plots import streams as splots
+from course_kit.plots import profiling as pplots, streams as splots
+from course_kit.profiling import explain as pexplain, files as tfiles, trace as ptrace
 from course_kit.widgets.capstone import TechniqueLadder
 
+SAME_GPU = reference.load("capstone", reference.gpu_slug()) if ON_GPU else None   # a live figure's own record
 md(f"Running on **{P['device']}** with dtype **{str(P['dtype']).replace('torch.', '')}**, sizes "
    f"**{SIZE}**{' (smoke: the smallest sizes)' if P['smoke'] else ''}.")
 
@@ -75,16 +78,21 @@ rows = [r for r in own["results"] if "throughput_tok_s" in r]
 
 def table(rows_, title):
     peer = next((r["throughput_tok_s"] for r in rows_ if r["name"] == "HF generate"), None)
-    cols = ["variant", "throughput (tok/s)", "vs HF generate", "TTFT p50 (ms)", "TPOT p50 (ms)", "GPU idle"]
+    # GPU idle: the profiler's (kernel intervals, a profiled pass); the step brackets' gaps are the host's
+    # picture, shown apart and never called GPU idle
+    cols = ["variant", "throughput (tok/s)", "vs HF generate", "TTFT p50 (ms)", "TPOT p50 (ms)",
+            "GPU idle (profiler)", "between step brackets (host)"]
     fmt = lambda v, f: "—" if v is None or v != v else f.format(v)  # noqa: E731
     vals = [[r["name"] for r in rows_],
             [fmt(r["throughput_tok_s"], "{:,.0f}") for r in rows_],
             [fmt(r["throughput_tok_s"] / peer if peer else None, "{:.2f}x") for r in rows_],
             [fmt(r.get("ttft_p50_s", None) and r["ttft_p50_s"] * 1e3, "{:.1f}") for r in rows_],
             [fmt(r.get("tpot_p50_s", None) and r["tpot_p50_s"] * 1e3, "{:.2f}") for r in rows_],
-            [fmt(r.get("gpu_idle_fraction"), "{:.1%}") for r in rows_]]
-    fig = go.Figure(go.Table(header=dict(values=cols), cells=dict(values=vals)))
-    fig.update_layout(title=title, height=120 + 32 * len(rows_), margin=dict(t=40, b=10))
+            [fmt(r.get("gpu_idle_fraction"), "{:.1%}") for r in rows_],
+            [fmt(r.get("host_step_gap_fraction"), "{:.1%}") for r in rows_]]
+    fig = go.Figure(go.Table(columnwidth=[2.6, 1.2, 1.1, 1.1, 1.1, 1.2, 1.4],
+                             header=dict(values=cols, align="left"), cells=dict(values=vals, align="left", height=28)))
+    fig.update_layout(title=title, height=150 + 34 * len(rows_), margin=dict(t=40, b=10, l=10, r=10))
     return fig
 
 table(rows, f"This machine ({own['environment'].get('gpu') or 'CPU'}), "
@@ -96,15 +104,21 @@ splots.bars(rows, "name", "throughput_tok_s", title="Throughput on this machine"
 # %%
 s = own["summary"]
 skipped = [r["name"] for r in own["results"] if "skipped" in r]
+heads = []
+if ON_GPU and "engine_vs_HF_generate_batch" in s:
+    heads.append(notebook.headline("full engine over HF generate_batch", s["engine_vs_HF_generate_batch"],
+                                   (SAME_GPU or {}).get("summary", {}).get("engine_vs_HF_generate_batch"), "x", 2))
 text = (f"All engine variants matched HF `generate`'s greedy tokens in fp32: "
         f"**{all(s['correct_fp32'].values())}**. "
         + ladder.explain_summary(s, f"this machine ({own['environment'].get('gpu') or 'CPU'})"))
+if heads:
+    text += f" The full engine over HF `generate_batch` in this run: **{heads[0].text}**."
 if skipped:
     text += f" Not run here: {', '.join(skipped)}."
 if not ON_GPU:
     text += (f" This run is the `{own['params']['preset']}` model on a CPU with {s['output_tokens']} output tokens; "
              "the record below is the GPU workload.")
-md(text)
+md(text, headlines=heads)
 
 # %% [markdown]
 # ## 3. The recorded H200 comparison
@@ -137,6 +151,10 @@ fig
 # %%
 if ref:
     md(ladder.explain_summary(ref["summary"], f"the reference {ref['environment'].get('gpu', 'GPU')}"))
+    if not any(r.get("gpu_idle_fraction") is not None for r in ref_rows):
+        md("The table's GPU idle is the profiler's (kernel intervals, from a profiled pass); this record predates "
+           "it, so that column is empty until `course-kit bench capstone` is re-recorded on the H200. The last "
+           "column is the host's picture: the share of the run outside the CUDA events around each whole step.")
 
 # %% [markdown]
 # ### The technique ladder
@@ -159,8 +177,8 @@ show_source(ladder.waterfall)
 #
 # The timeline of the full engine's run (the async loop of notebook 07): host work on `cpu`, input
 # copies on `copy`, model steps on `gpu`. Look for the first steps, which prefill many prompts at
-# once, and for how much of the host's work lies under the `gpu` spans; the table above gives the
-# GPU's idle fraction.
+# once, and for how much of the host's work lies under the `gpu` spans. Its `gpu` spans are CUDA events
+# around whole steps: the host's picture. The profiler's view of one step follows.
 
 # %%
 tl_source = own if ON_GPU or not ref else ref
@@ -171,6 +189,37 @@ if tl_source and tl_source.get("timeline"):
 else:
     fig = None
 fig
+
+# %% [markdown]
+# ### One engine step, kernel by kernel
+#
+# The full engine, profiled in a pass of its own (`torch.profiler`, each step marked `step k`). The
+# chart shows one step: every kernel and copy on its stream (on a CPU, every operator on its thread),
+# and in red the gaps inside the step, where the GPU waited for the next kernel. With CUDA graphs and
+# fused blocks the host no longer launches each kernel, but the gaps between the kernels of a graph
+# remain: that is what fusing further (fewer, larger kernels) would remove.
+
+# %%
+own_prof = lesson_traces.profile_lesson("10", {**P, "size": SIZE})
+saved = [lesson_traces.save_row(r, "traces", steps=1) for r in own_prof]
+rec_traces = notebook.record("traces", quiet=True)
+ref_prof = [r for r in (rec_traces or {}).get("results", []) if r.get("lesson") == "10"]
+ref_kept = {r["name"]: tfiles.load(r["name"]) for r in ref_prof}
+runs_g = {f"this machine: {r['what']}": ptrace.gantt_rows(r["trace"], steps=1) for r in own_prof}
+runs_g.update({f"H200 record: {r['what']}": ptrace.gantt_rows(ref_kept[r["name"]], steps=1)
+               for r in ref_prof if ref_kept.get(r["name"])})
+if not ref_prof:
+    md("No H200 trace of the full engine is recorded yet (`course-kit bench traces` on the H200 records it): "
+       "below is this machine's alone.")
+pplots.gantt_pair(runs_g, "One step of the full engine (red: gaps inside the step)",
+                  thresholds={n: (1.0 if n.startswith("H200") or ON_GPU else 5.0) for n in runs_g})
+
+# %%
+md("\n\n".join([pexplain.describe(r, f"This machine, {r['what']}") for r in own_prof]
+                 + [pexplain.describe(r, f"The H200 record, {r['what']}") for r in ref_prof]
+                 + [pexplain.how_to_open(p) for p in saved]))
+pplots.top_kernels((ref_prof or own_prof)[0], "Costliest per step: " + (ref_prof or own_prof)[0]["what"]
+                   + (" (H200 record)" if ref_prof else " (this machine)"))
 
 # %% [markdown]
 # ## Exercise 10.first_rung: the ladder's first rung, counted
@@ -250,6 +299,8 @@ grading.check("10.first_rung_hidden", WHY)
 #   its share: continuous batching and the paged cache remove padding and waiting; CUDA graphs
 #   remove launch overhead from decode steps; fusing the blocks cuts the kernels each graph replays;
 #   the async loop hides the host's work under the GPU's.
+# - A profiler trace of one step shows what is left: kernels per step and the gaps between them,
+#   GPU idle read from kernel intervals rather than from events around whole steps.
 # - Correctness comes first: every engine variant reproduces HF `generate`'s greedy tokens in fp32.
 # - Which technique gains most depends on the machine and the model: the ladder shows it for the
 #   record at hand, and the live run for this machine.

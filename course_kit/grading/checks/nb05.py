@@ -151,3 +151,45 @@ def bucket_waste(predicted, waste, worst, extra) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
             raise grading.Wrong(f"{name}: expected a batch size (an int), found {feedback.describe(value)}")
         feedback.expect(value == truth[key], f"{name}: that is not {what}", truth[key], value)
+
+
+# ---- 05.read_trace ------------------------------------------------------------------------------
+# The learner reads one decode step of a profiler trace (the H200's, or the package's synthetic step
+# until one is recorded) and answers from it. This public checker checks the answers' form only; the
+# values are judged by the instructor's hidden checker (instructor/hidden_checks/nb05.py), whose
+# oracle a learner cannot read.
+
+FIXES = {"A": "CUDA graphs", "B": "fusion", "C": "a batch twice as large"}
+
+
+def trace_table(trace_id: str) -> list[dict]:
+    """The table an answer was computed from (by `profiling.step_table.step_id`), or Wrong."""
+    from course_kit.profiling import step_table
+    tables = step_table.candidates()
+    if not isinstance(trace_id, str) or trace_id not in tables:
+        raise grading.Wrong("TRACE_ID: not the id of the table this notebook loads "
+                            "(it is `step_table.step_id(STEP)`, printed above the exercise)")
+    return tables[trace_id]
+
+
+READ_HINT = """The rows run one after another on one stream. The step spans from the first start to the
+last end; the gaps are the stretches between one kernel's end and the next one's start. Add the
+time of each kernel name over the step for DOMINANT. For each fix, compute the step's new span
+from the rows as the task describes, then the speed-up in tokens per second (a batch twice as large
+also makes twice the tokens per step)."""
+
+
+@grading.exercise("05.read_trace", hint=READ_HINT, later="DOMINANT, GAP_SHARE, FIX and GAIN")
+def read_trace(trace_id, dominant, gap_share, fix, gain) -> None:
+    rows = trace_table(trace_id)
+    names = {r["name"] for r in rows}
+    if not isinstance(dominant, str) or dominant not in names:
+        raise grading.Wrong(f"DOMINANT: expected the name of a kernel of the step (a str from STEP's "
+                            f"'name' column), found {feedback.describe(dominant) if not isinstance(dominant, str) else repr(dominant[:60])}")
+    for what, value, lo, hi in (("GAP_SHARE, the share of the step's span with no kernel running", gap_share, 0.0, 1.0),
+                                ("GAIN, the speed-up in tokens per second of the best fix", gain, 1.0, float("inf"))):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise grading.Wrong(f"{what}: expected a number, found {feedback.describe(value)}")
+        if not lo <= value < hi:
+            raise grading.Wrong(f"{what}: {value:.4g} is outside [{lo:g}, {hi:g})")
+    feedback.choice(fix, "FIX", FIXES)
