@@ -26,6 +26,7 @@ MOVED = {
     "course_kit.loadgen": "course_kit.batching.loadgen",
     "course_kit.batching_live": "course_kit.batching.live",
     "course_kit.ladder": "course_kit.capstone.ladder",
+    "course_kit.engine.async_loop": "course_kit.streams.async_loop",
 }
 
 

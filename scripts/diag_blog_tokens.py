@@ -11,7 +11,7 @@ import torch
 from course_kit.benchmarks import async_blog as ab
 from course_kit.benchmarks.async_engine import workload
 from course_kit.engine import SamplingParams
-from course_kit.engine.async_loop import AsyncEngine
+from course_kit.streams.async_loop import AsyncEngine
 from course_kit.models import llama
 from course_kit.models.hf import model_to_hf
 

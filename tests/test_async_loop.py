@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from course_kit.engine import Engine, SamplingParams
-from course_kit.engine.async_loop import AsyncEngine, timing_summary
+from course_kit.streams.async_loop import AsyncEngine, timing_summary
 from course_kit.models import llama
 from course_kit.models.hf import model_to_hf
 from course_kit import benchmarks
@@ -162,8 +162,8 @@ def test_the_profiler_attributes_the_engines_work_to_its_steps(model, prompts):
 
 @pytest.mark.gpu
 def test_gpu_bench_async_reads_gpu_idle_from_the_profiler():
-    from course_kit import bench, profiling
-    rec = bench.run_topic("async", {"size": "small_gpu", "batches": [4], "new_tokens": 16, "blog": False,
+    from course_kit import profiling
+    rec = benchmarks.run_topic("async", {"size": "small_gpu", "batches": [4], "new_tokens": 16, "blog": False,
                                     "progress": False})
     for row in rec["results"]:
         assert row["gpu_idle_method"] == profiling.GPU_IDLE_METHOD and 0 <= row["gpu_idle_fraction"] < 1

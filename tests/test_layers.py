@@ -20,7 +20,7 @@ NOTEBOOK_SOURCES = PACKAGE.parent / "notebooks" / "src"
 # below; "course_kit" itself (the package's __init__) belongs to none and may be imported by all.
 LAYERS = [
     ("foundation", ("course_kit.device", "course_kit.gpu_specs", "course_kit.bench", "course_kit.reference", "course_kit.traces",
-                    "course_kit.narrate", "course_kit._moved")),
+                    "course_kit.narrate", "course_kit._moved", "course_kit.profiling")),
     ("attention", ("course_kit.attention",)),
     ("models", ("course_kit.models",)),
     ("engine", ("course_kit.engine",)),
@@ -141,18 +141,11 @@ def test_the_cycle_checker_finds_a_long_cycle():
     assert cycles(graph) == [["a", "b", "c"]]
 
 
-# TODO(house): two arrows still run up while notebook 07 and 10's code is being reworked elsewhere:
-# the async loop (07's lesson) sits in engine/ and uses streams/, and the capstone's live ladder
-# uses two benchmark helpers. They move once that work lands; this list must then be empty.
-PENDING = {("course_kit.engine.async_loop", "course_kit.streams"),
-           ("course_kit.capstone.ladder", "course_kit.benchmarks")}
-
-
 def test_imports_run_one_way_down_the_layers():
     """Nothing imports a layer above its own: computation never imports plots, widgets or fronts;
     the engine never imports a lesson; attention never imports the model."""
     bad = violations(lambda s, d: d != "course_kit" and layer_of(d) is not None and layer_of(s) is not None
-                     and layer_of(d) > layer_of(s) and (s, d.rsplit(".", 1)[0]) not in PENDING)
+                     and layer_of(d) > layer_of(s))
     assert not bad, "imports that run up the layers:\n" + "\n".join(bad)
 
 
@@ -191,7 +184,7 @@ MAPPED = ["course_kit", "course_kit.amp", "course_kit.attention", "course_kit.be
           "course_kit.dtypes", "course_kit.engine", "course_kit.models", "course_kit.parallel", "course_kit.plots",
           "course_kit.streams", "course_kit.widgets", "course_kit.grading", "course_kit.grading.instructor",
           "course_kit.roofline", "course_kit.capture", "course_kit.cuda_graphs", "course_kit.cuda_graphs.decode_kernels",
-          "course_kit.batching", "course_kit.capstone"]
+          "course_kit.batching", "course_kit.capstone", "course_kit.profiling"]
 
 
 @pytest.mark.parametrize("package", MAPPED)

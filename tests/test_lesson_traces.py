@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import pytest
 
-from course_kit import bench, profiling
+from course_kit import profiling
 from course_kit.benchmarks import lesson_traces
 from course_kit.profiling import files
+from course_kit import benchmarks
 
 
 def test_traces_topic_profiles_the_lessons_and_keeps_their_traces(tmp_path):
-    rec = bench.run_topic("traces", {"size": "smoke", "lessons": ["05", "07", "10"], "trace_dir": str(tmp_path),
+    rec = benchmarks.run_topic("traces", {"size": "smoke", "lessons": ["05", "07", "10"], "trace_dir": str(tmp_path),
                                      "progress": False})
     names = [r["name"] for r in rec["results"]]
     assert names == ["05-eager", "05-exercise", "07-sync", "07-async", "10-full"], rec["results"]
@@ -32,7 +33,7 @@ def test_unknown_lesson_and_size_are_refused():
 
 @pytest.mark.gpu
 def test_gpu_traces_have_kernels_per_step_and_gpu_idle(tmp_path):
-    rec = bench.run_topic("traces", {"size": "small_gpu", "lessons": ["05"], "trace_dir": str(tmp_path),
+    rec = benchmarks.run_topic("traces", {"size": "small_gpu", "lessons": ["05"], "trace_dir": str(tmp_path),
                                      "progress": False})
     eager, graph, exercise = rec["results"]
     from course_kit.profiling import step_table

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from course_kit.benchmarks import capstone as capstone_bench
 from course_kit.capstone import ladder
 from course_kit.parallel import schedules, zero
 from course_kit.widgets.capstone import TechniqueLadder
@@ -84,7 +85,7 @@ def test_ladder_widget_toggles_and_live_run():
     assert "composed" in w.text.value and "off" in w.figure.data[0].text
     w.toggles["async loop"].value = False
     w.toggles["CUDA graphs"].value = True
-    live = ladder.live_run(w.enabled(), n_requests=2)
+    live = capstone_bench.live_run(w.enabled(), n_requests=2)
     assert set(live) == {"HF generate", "engine: continuous + paged KV"} and all(v > 0 for v in live.values())
 
 

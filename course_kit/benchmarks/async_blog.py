@@ -32,7 +32,7 @@ from typing import Callable
 import torch
 
 from ..engine import SamplingParams
-from ..engine.async_loop import AsyncEngine
+from ..streams.async_loop import AsyncEngine
 from ..models import llama
 from .. import profiling
 from .batching import drain_requests, hf_cpu_cache_sizes

@@ -29,9 +29,9 @@ import torch
 from .. import bench, profiling
 from .. import device as _device
 from ..engine import SamplingParams
-from ..engine.async_loop import AsyncEngine
+from ..streams.async_loop import AsyncEngine
 from ..models import llama
-from ..device import default_device
+from ..device import default_device, has_cuda
 
 # (models, batch sizes, requests per batch slot, prompt length range, new tokens) per size class
 _SIZES = {

@@ -29,7 +29,7 @@ import torch
 from .. import bench
 from .. import device as _device
 from ..engine import Engine, SamplingParams, trace
-from ..engine.async_loop import AsyncEngine
+from ..streams.async_loop import AsyncEngine
 from ..engine.metrics import block_usage, policy_gain, slot_intervals
 from ..models import llama
 from ..device import has_cuda

@@ -23,17 +23,19 @@ picture (`host_step_gap_fraction`).
 from __future__ import annotations
 
 import time
+from typing import Callable, Sequence
 
 import torch
 
 from .. import bench, profiling
 from .. import device as _device
-from ..engine import SamplingParams, trace
-from ..engine.async_loop import AsyncEngine
-from ..models import llama
-from .batching import _sync, check_fp32_against_hf, hf_generate_batch, hf_generate_static, time_peer
+from ..capstone import ladder
 from ..device import has_cuda
+from ..engine import SamplingParams, trace
+from ..models import llama
 from ..models.hf import model_to_hf
+from ..streams.async_loop import AsyncEngine
+from .batching import _sync, check_fp32_against_hf, hf_generate_batch, hf_generate_static, time_peer
 
 
 def _defaults(size: str, cuda: bool) -> dict:
@@ -186,3 +188,40 @@ def _run(params: dict) -> dict:
         summary[f"speedup_vs_engine_base::{name}"] = thr[name] / thr[base]
     summary["torch_threads"] = torch.get_num_threads()
     return {"params": p, "results": results, "summary": summary, "timeline": timeline}
+
+
+def live_run(enabled: Sequence[str], n_requests: int = 6, seed: int = 0,
+             progress: Callable[[int, int], None] | None = None) -> dict[str, float]:
+    """Notebook 10's live ladder (the widget's Run button): throughput (tok/s) of HF generate and of
+    the engine variants that run here and whose techniques are all switched on, the tiny model, a few
+    requests, one clock."""
+    cuda = has_cuda()
+    dev = "cuda" if cuda else "cpu"
+    model = llama.Transformer.from_preset("tiny", seed=seed, device=dev)
+    work = trace.synthetic(n_requests, (4, 32), (4, 16), model.config.vocab_size, seed=seed)
+    prompts, news = [r.prompt for r in work], [r.max_new_tokens for r in work]
+    opts = dict(max_num_seqs=4, max_num_batched_tokens=128, max_model_len=max(map(len, prompts)) + max(news))
+    needs = {"engine: continuous + paged KV": {"continuous batching + paged KV"},
+             "engine: + CUDA graphs": {"continuous batching + paged KV", "CUDA graphs"},
+             "engine: + fused blocks": {"continuous batching + paged KV", "CUDA graphs", "fused blocks"},
+             "engine: + async loop": set(ladder.TECHNIQUES) if cuda else {"continuous batching + paged KV", "async loop"}}
+    todo = [n for n, spec in engine_variants(cuda).items() if needs[n] <= set(enabled)]
+    out: dict[str, float] = {}
+    total = len(todo) + 1
+    hf = model_to_hf(model)
+    dt, _ = time_peer(lambda ps, ns: hf_generate_static(hf, ps, ns, 4), prompts, news)
+    out["HF generate"] = sum(news) / dt
+    if progress:
+        progress(1, total)
+    variants = engine_variants(cuda)
+    for i, name in enumerate(todo, 2):
+        eng = _build(model, variants[name], opts)
+        eng.generate(prompts[:2], [SamplingParams(max_new_tokens=2)] * 2)          # warm-up
+        t0 = time.perf_counter()
+        eng.generate(prompts, [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in news])
+        if cuda:
+            torch.cuda.synchronize()
+        out[name] = sum(news) / (time.perf_counter() - t0)
+        if progress:
+            progress(i, total)
+    return out

@@ -96,7 +96,7 @@ def _prompts(n: int, vocab: int, lo: int = 8, hi: int = 64) -> list[list[int]]:
 
 
 def _engine(spec: dict, dtype: torch.dtype, dev: str) -> list[tuple[str, str, profiling.Profile]]:
-    from ..engine.async_loop import AsyncEngine
+    from ..streams.async_loop import AsyncEngine
     from ..models import llama
     model = llama.Transformer.from_preset(spec["preset"], seed=0, dtype=dtype, device=dev)
     prompts = _prompts(2 * spec["batch"], model.config.vocab_size)
@@ -111,7 +111,7 @@ def _engine(spec: dict, dtype: torch.dtype, dev: str) -> list[tuple[str, str, pr
 
 
 def _full_engine(spec: dict, dtype: torch.dtype, dev: str) -> list[tuple[str, str, profiling.Profile]]:
-    from ..engine.async_loop import AsyncEngine
+    from ..streams.async_loop import AsyncEngine
     from ..models import llama
     from .capstone import engine_variants
     model = llama.Transformer.from_preset(spec["preset"], seed=0, dtype=dtype, device=dev)

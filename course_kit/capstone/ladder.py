@@ -11,12 +11,9 @@ and fusion), for the widget's Run button.
 """
 from __future__ import annotations
 
-import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..narrate import rate
-from ..device import has_cuda
-from ..models.hf import model_to_hf
 
 TECHNIQUES = ("continuous batching + paged KV", "CUDA graphs", "fused blocks", "async loop")
 # the record's row names, in ladder order (benchmarks/capstone.py engine_variants)
@@ -68,48 +65,6 @@ def explain_waterfall(w: Mapping[str, Any], where: str) -> str:
             "measured with the techniques below it switched on)")
     return (f"On {where}: {'; '.join(parts)}. Together {w['final']:,.0f} tokens/s, "
             f"{rate(w['final'], w['base'])} HF `generate` ({w['base']:,.0f} tokens/s), {kind}.")
-
-
-def live_run(enabled: Sequence[str], n_requests: int = 6, seed: int = 0,
-             progress: Callable[[int, int], None] | None = None) -> dict[str, float]:
-    """Throughput (tok/s) of HF generate and of the engine variants that run here and whose
-    techniques are all switched on: the tiny model, a few requests, one clock."""
-    import torch
-
-    from ..benchmarks.batching import hf_generate_static, time_peer
-    from ..benchmarks.capstone import _build, engine_variants
-    from ..engine import SamplingParams, trace
-    from ..models import llama
-    cuda = has_cuda()
-    dev = "cuda" if cuda else "cpu"
-    model = llama.Transformer.from_preset("tiny", seed=seed, device=dev)
-    work = trace.synthetic(n_requests, (4, 32), (4, 16), model.config.vocab_size, seed=seed)
-    prompts, news = [r.prompt for r in work], [r.max_new_tokens for r in work]
-    opts = dict(max_num_seqs=4, max_num_batched_tokens=128, max_model_len=max(map(len, prompts)) + max(news))
-    needs = {"engine: continuous + paged KV": {"continuous batching + paged KV"},
-             "engine: + CUDA graphs": {"continuous batching + paged KV", "CUDA graphs"},
-             "engine: + fused blocks": {"continuous batching + paged KV", "CUDA graphs", "fused blocks"},
-             "engine: + async loop": set(TECHNIQUES) if cuda else {"continuous batching + paged KV", "async loop"}}
-    todo = [n for n, spec in engine_variants(cuda).items() if needs[n] <= set(enabled)]
-    out: dict[str, float] = {}
-    total = len(todo) + 1
-    hf = model_to_hf(model)
-    dt, _ = time_peer(lambda ps, ns: hf_generate_static(hf, ps, ns, 4), prompts, news)
-    out["HF generate"] = sum(news) / dt
-    if progress:
-        progress(1, total)
-    variants = engine_variants(cuda)
-    for i, name in enumerate(todo, 2):
-        eng = _build(model, variants[name], opts)
-        eng.generate(prompts[:2], [SamplingParams(max_new_tokens=2)] * 2)          # warm-up
-        t0 = time.perf_counter()
-        eng.generate(prompts, [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in news])
-        if cuda:
-            torch.cuda.synchronize()
-        out[name] = sum(news) / (time.perf_counter() - t0)
-        if progress:
-            progress(i, total)
-    return out
 
 
 def explain_summary(summary: Mapping[str, Any], where: str) -> str:

@@ -6,7 +6,6 @@
     scheduler      static, dynamic and continuous batching; the admission rule; preemption
     model_runner   scheduled step -> tensors -> model over the paged cache -> tokens; CUDA graphs
     engine         the front: add requests, step, generate a workload, per-request timings
-    async_loop     the engine driven by an asyncio loop: streaming, aborts, overlap (notebooks 06, 07)
     metrics        throughput, TTFT, TPOT, latency percentiles, padding waste, slot occupancy
     trace          synthetic workloads, Poisson arrivals, recorded traces in data/traces/
 

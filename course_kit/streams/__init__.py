@@ -3,7 +3,9 @@
 - `timeline`: spans on lanes, idle fraction, the bound on the speed-up from overlap;
 - `recorder`: host clocks and CUDA events on one timeline;
 - `gpu`: measured demonstrations of streams, events, races and copy/compute overlap (needs CUDA);
-- `host`: the sync and async decode loops with a worker thread standing in for the GPU.
+- `host`: the sync and async decode loops with a worker thread standing in for the GPU;
+- `async_loop`: the engine driven by an asyncio loop (`AsyncEngine`): streaming, aborts, and the host
+  preparing step N+1 while the device runs step N (notebooks 06, 07 and 10).
 
 Modules:
 

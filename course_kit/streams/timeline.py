@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
+from ..profiling import intervals as iv
 
 
 @dataclass(frozen=True)
@@ -32,17 +33,6 @@ class Span:
     @property
     def duration_s(self) -> float:
         return self.end_s - self.start_s
-
-
-def _merged(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Union of intervals as sorted, disjoint intervals (overlapping work on a lane counts once)."""
-    out: list[list[float]] = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
 
 
 class Timeline:
@@ -77,28 +67,16 @@ class Timeline:
         return min(s.start_s for s in spans), max(s.end_s for s in spans)
 
     def busy_s(self, lane: str, window: tuple[float, float] | None = None) -> float:
-        """Time in which at least one span ran on `lane`, clipped to `window`."""
-        lo, hi = window if window is not None else (-float("inf"), float("inf"))
-        total = 0.0
-        for a, b in _merged((s.start_s, s.end_s) for s in self.on(lane)):
-            a, b = max(a, lo), min(b, hi)
-            total += max(0.0, b - a)
-        return total
+        """Time in which at least one span ran on `lane`, clipped to `window` (profiling.intervals:
+        the same union arithmetic as the profiler's GPU-idle figure)."""
+        spans = [(sp.start_s, sp.end_s) for sp in self.on(lane)]
+        return iv.length(spans if window is None else iv.clip(spans, window))
 
     def gaps(self, lane: str, window: tuple[float, float] | None = None) -> list[tuple[float, float]]:
         """Idle intervals of `lane` inside `window` (the lane's own first-to-last span by default)."""
-        busy = _merged((s.start_s, s.end_s) for s in self.on(lane))
+        busy = iv.union((sp.start_s, sp.end_s) for sp in self.on(lane))
         lo, hi = window if window is not None else (busy[0][0], busy[-1][1])
-        out, t = [], lo
-        for a, b in busy:
-            if a > t:
-                out.append((t, min(a, hi)))
-            t = max(t, b)
-            if t >= hi:
-                break
-        if t < hi:
-            out.append((t, hi))
-        return [(a, b) for a, b in out if b > a]
+        return [(a, b) for a, b in iv.gaps(busy, (lo, hi)) if b > a] if hi > lo else []
 
     def idle_fraction(self, lane: str, window: tuple[float, float] | None = None) -> float:
         """Share of `window` (default: the whole timeline) in which `lane` ran nothing."""
@@ -140,7 +118,8 @@ class Timeline:
 
 
 def idle_fraction(spans: Sequence[Span] | Timeline, lane: str) -> float:
-    """GPU idle fraction from a list of spans: 1 - busy(lane) / whole window."""
+    """The share of the whole window in which `lane` ran none of its spans: 1 - busy(lane) / window.
+    On an event timeline of whole steps this is the host's picture, never GPU idle (profiling.py)."""
     tl = spans if isinstance(spans, Timeline) else Timeline(spans)
     return tl.idle_fraction(lane)
 

@@ -9,6 +9,7 @@ from typing import Any, Mapping
 import ipywidgets as W
 import plotly.graph_objects as go
 
+from ..benchmarks import capstone as capstone_bench
 from ..capstone import ladder
 from ..plots.capstone import live_figure, waterfall_figure
 from .dtypes import redraw
@@ -60,7 +61,7 @@ class TechniqueLadder:
             self.bar.max, self.bar.value = n, i
         self.run.disabled = True
         try:
-            self.live = ladder.live_run(self.enabled(), progress=progress)
+            self.live = capstone_bench.live_run(self.enabled(), progress=progress)
         finally:
             self.run.disabled = False
         peer = self.live["HF generate"]

@@ -49,10 +49,10 @@ import os
 
 import torch
 
-from course_kit import bench, narrate, notebook, reference, streams
+from course_kit import bench, benchmarks, narrate, notebook, reference, streams
 from course_kit.benchmarks import async_blog, async_engine as async_bench, lesson_traces
 from course_kit.engine import Engine, SamplingParams
-from course_kit.engine.async_loop import AsyncEngine
+from course_kit.streams.async_loop import AsyncEngine
 from course_kit.models import llama
 from course_kit.notebook import md, show_source
 from course_kit.plots import profiling as pplots, streams as splots
@@ -451,7 +451,7 @@ md("\n\n".join(lines))
 show_source(async_bench.headline)
 
 # %%
-own = bench.run_topic("async", {"size": P["size"], "batches": SWEEP_BATCHES, "progress": False, "blog": False,
+own = benchmarks.run_topic("async", {"size": P["size"], "batches": SWEEP_BATCHES, "progress": False, "blog": False,
                                 "models": [ENGINE_MODEL], "new_tokens": NEW_TOKENS})
 splots.idle_and_throughput(own["results"], x="batch", group="model",
                            title=f"This machine ({own['environment'].get('gpu') or 'CPU'})")

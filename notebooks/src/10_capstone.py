@@ -35,7 +35,7 @@ SIZE = P["size"]
 import plotly.graph_objects as go
 import torch
 
-from course_kit import bench, notebook, reference, widgets
+from course_kit import bench, benchmarks, notebook, reference, widgets
 from course_kit.capstone import ladder
 from course_kit.benchmarks import capstone, lesson_traces
 from course_kit.notebook import md, show_source
@@ -73,7 +73,7 @@ show_source(capstone._run)
 # ## 2. On this machine
 
 # %%
-own = bench.run_topic("capstone", {"size": SIZE})
+own = benchmarks.run_topic("capstone", {"size": SIZE})
 rows = [r for r in own["results"] if "throughput_tok_s" in r]
 
 def table(rows_, title):

@@ -31,15 +31,15 @@ from typing import Any
 import torch
 from torch.profiler import record_function
 
+from ..engine.engine import Engine, EngineConfig
+from ..engine.metrics import RequestOutput, StepRecord
+from ..engine.model_runner import StepInputs
+from ..engine.scheduler import SchedulerOutput
+from ..engine.sequence import Sequence, Status
 from ..models import sampling
-from ..streams.host import HostDevice
-from ..streams.recorder import EventRecorder
-from ..streams.timeline import Timeline
-from .engine import Engine, EngineConfig
-from .metrics import RequestOutput, StepRecord
-from .model_runner import StepInputs
-from .scheduler import SchedulerOutput
-from .sequence import Sequence, Status
+from .host import HostDevice
+from .recorder import EventRecorder
+from .timeline import Timeline
 
 PLACEHOLDER = -1
 MODES = ("sync", "async")
