@@ -95,86 +95,56 @@ def run(params: dict) -> dict:
         torch.set_num_threads(threads)
 
 
-def _run(params: dict) -> dict:
-    cuda = has_cuda() and str(params.get("device", "cuda")).startswith("cuda")
-    p = {**_defaults(params.get("size", "cpu"), cuda),
-         **{k: v for k, v in params.items() if k not in ("size", "device")}}
-    dev = "cuda" if cuda else "cpu"
-    dtype = p["dtype"] = _device.param_dtype(p)
-    model = llama.Transformer.from_preset(p["preset"], seed=p["seed"], dtype=dtype, device=dev)
-    work = trace.synthetic(p["n_requests"], tuple(p["prompt_len"]), tuple(p["output_len"]),
-                           model.config.vocab_size, seed=p["seed"])
-    prompts = [r.prompt for r in work]
-    news = [r.max_new_tokens for r in work]
-    max_len = max(len(x) for x in prompts) + max(news)
-    opts = dict(max_num_seqs=p["max_num_seqs"], max_num_batched_tokens=p["max_num_batched_tokens"],
-                max_model_len=max_len)
-    variants = engine_variants(cuda)
+def _engine_row(name: str, eng, prompts: list, news: list[int], sampling: list, p: dict, cuda: bool) -> dict:
+    """One engine variant timed on the workload (warm-up first, one synchronised clock), then its
+    GPU idle from a separate profiled pass on a GPU."""
+    eng.generate(prompts[:2], [SamplingParams(max_new_tokens=4)] * 2)   # warm-up, graphs
+    _sync()
+    t0 = time.perf_counter()
+    outs = eng.generate(prompts, sampling)
+    _sync()
+    dt = time.perf_counter() - t0
+    if [len(o.tokens) for o in outs] != news:
+        raise AssertionError(f"{name}: output lengths differ from the requested ones")
+    s = eng.summary(outs)
+    row = {"name": name, "kind": "course engine", "duration_s": dt, "throughput_tok_s": sum(news) / dt,
+           "ttft_p50_s": s["ttft_p50_s"], "tpot_p50_s": s["tpot_p50_s"], "steps": s["steps"],
+           "host_step_gap_fraction": eng.timing()["host_step_gap_fraction"]}
+    if cuda:
+        row.update(_profiled_idle(eng, prompts, news, p["profile_tokens"]))
+    return row
 
-    # ---- correctness: fp32, every engine variant token-identical to HF generate (or at a tie)
-    checks, ties, _ = check_fp32_against_hf(p, prompts, dev, {
-        name: (lambda m, spec=spec: _build(m, spec, opts)) for name, spec in variants.items()})
-    hf = model_to_hf(model)
 
-    # ---- timed runs, one clock for all: output tokens / synchronised wall time
-    results: list[dict] = []
-    n_tokens = sum(news)
-    sampling = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in news]
-    timeline = None
-    bar = bench.progress(list(variants) + ["HF generate", "HF generate_batch"], desc="capstone")
-    for name in bar:
-        if name in variants:
-            eng = _build(model, variants[name], opts)
-            eng.generate(prompts[:2], [SamplingParams(max_new_tokens=4)] * 2)   # warm-up, graphs
-            _sync()
-            t0 = time.perf_counter()
-            outs = eng.generate(prompts, sampling)
-            _sync()
-            dt = time.perf_counter() - t0
-            if [len(o.tokens) for o in outs] != news:
-                raise AssertionError(f"{name}: output lengths differ from the requested ones")
-            s = eng.summary(outs)
-            row = {"name": name, "kind": "course engine", "duration_s": dt,
-                   "throughput_tok_s": n_tokens / dt, "ttft_p50_s": s["ttft_p50_s"],
-                   "tpot_p50_s": s["tpot_p50_s"], "steps": s["steps"]}
-            row["host_step_gap_fraction"] = eng.timing()["host_step_gap_fraction"]
-            if cuda:
-                row.update(_profiled_idle(eng, prompts, news, p["profile_tokens"]))
-            if name == list(variants)[-1]:
-                timeline = eng.timeline.shifted().to_records(max_spans=600)
-            results.append(row)
-            del eng
+def _peer_rows(name: str, hf, prompts: list, news: list[int], p: dict, cuda: bool) -> list[dict]:
+    """An HF peer timed on the same workload: generate (static batches), or generate_batch with
+    the same workload hints for the warm-up and the timed call and its manager kept warm between
+    them (CUDA graphs captured once), as the batching topic does; a failure is a row that says why."""
+    if name == "HF generate_batch" and not p.get("hf_generate_batch", True):
+        return [{"name": name, "kind": "HF peer", "skipped": "off at this size"}]
+    hints = (max(len(x) for x in prompts), max(news), len(prompts))
+    attempts = ([("HF generate", lambda ps, ns: hf_generate_static(hf, ps, ns, p["max_num_seqs"]))]
+                if name == "HF generate" else
+                [("HF generate_batch", lambda ps, ns: hf_generate_batch(hf, ps, ns, hints=hints, keep=True)),
+                 ("HF generate_batch (CUDA graphs off after a failure)",
+                  lambda ps, ns: hf_generate_batch(hf, ps, ns, hints=hints, keep=True, graphs=False))])
+    rows = []
+    for label, fn in attempts[:1 if not cuda else None]:
+        try:
+            dt, extra = time_peer(fn, prompts, news)
+        except Exception as err:  # noqa: BLE001 - a peer failing must not lose the other figures
+            rows.append({"name": label, "kind": "HF peer", "skipped": f"{type(err).__name__}: {err}"[:500]})
+            if hasattr(hf, "destroy_cached_continuous_batching_manager"):
+                hf.destroy_cached_continuous_batching_manager()
             continue
-        if name == "HF generate_batch" and not p.get("hf_generate_batch", True):
-            results.append({"name": name, "kind": "HF peer", "skipped": "off at this size"})
-            continue
-        # generate_batch: the same workload hints for the warm-up and the timed call, and the
-        # manager kept warm between them (CUDA graphs captured once), as the batching topic does
-        hints = (max(len(x) for x in prompts), max(news), len(prompts))
-        attempts = ([("HF generate", lambda ps, ns: hf_generate_static(hf, ps, ns, p["max_num_seqs"]))]
-                    if name == "HF generate" else
-                    [("HF generate_batch", lambda ps, ns: hf_generate_batch(hf, ps, ns, hints=hints, keep=True)),
-                     ("HF generate_batch (CUDA graphs off after a failure)",
-                      lambda ps, ns: hf_generate_batch(hf, ps, ns, hints=hints, keep=True, graphs=False))])
-        timed = None
-        for label, fn in attempts[:1 if not cuda else None]:
-            try:
-                timed = time_peer(fn, prompts, news)
-                name = label
-                break
-            except Exception as err:  # noqa: BLE001 - a peer failing must not lose the other figures
-                results.append({"name": label, "kind": "HF peer",
-                                "skipped": f"{type(err).__name__}: {err}"[:500]})
-                if hasattr(hf, "destroy_cached_continuous_batching_manager"):
-                    hf.destroy_cached_continuous_batching_manager()
-        if hasattr(hf, "destroy_cached_continuous_batching_manager"):
-            hf.destroy_cached_continuous_batching_manager()
-        if timed is None:
-            continue
-        dt, extra = timed
-        results.append({"name": name, "kind": "HF peer", "duration_s": dt,
-                        "throughput_tok_s": n_tokens / dt, **extra})
+        rows.append({"name": label, "kind": "HF peer", "duration_s": dt,
+                     "throughput_tok_s": sum(news) / dt, **extra})
+        break
+    if hasattr(hf, "destroy_cached_continuous_batching_manager"):
+        hf.destroy_cached_continuous_batching_manager()
+    return rows
 
+
+def _summary(results: list[dict], variants: dict, checks: dict, ties: int, n_tokens: int) -> dict:
     thr = {r["name"]: r["throughput_tok_s"] for r in results if "throughput_tok_s" in r}
     full = list(variants)[-1]
     summary = {"correct_fp32": checks, "fp32_numerical_ties": ties, "throughput_tok_s": thr,
@@ -187,6 +157,42 @@ def _run(params: dict) -> dict:
     for name in variants:
         summary[f"speedup_vs_engine_base::{name}"] = thr[name] / thr[base]
     summary["torch_threads"] = torch.get_num_threads()
+    return summary
+
+
+def _run(params: dict) -> dict:
+    cuda = has_cuda() and str(params.get("device", "cuda")).startswith("cuda")
+    p = {**_defaults(params.get("size", "cpu"), cuda),
+         **{k: v for k, v in params.items() if k not in ("size", "device")}}
+    dev = "cuda" if cuda else "cpu"
+    dtype = p["dtype"] = _device.param_dtype(p)
+    model = llama.Transformer.from_preset(p["preset"], seed=p["seed"], dtype=dtype, device=dev)
+    work = trace.synthetic(p["n_requests"], tuple(p["prompt_len"]), tuple(p["output_len"]),
+                           model.config.vocab_size, seed=p["seed"])
+    prompts, news = [r.prompt for r in work], [r.max_new_tokens for r in work]
+    opts = dict(max_num_seqs=p["max_num_seqs"], max_num_batched_tokens=p["max_num_batched_tokens"],
+                max_model_len=max(len(x) for x in prompts) + max(news))
+    variants = engine_variants(cuda)
+
+    # correctness: fp32, every engine variant token-identical to HF generate (or at a tie)
+    checks, ties, _ = check_fp32_against_hf(p, prompts, dev, {
+        name: (lambda m, spec=spec: _build(m, spec, opts)) for name, spec in variants.items()})
+    hf = model_to_hf(model)
+
+    # timed runs, one clock for all: output tokens / synchronised wall time
+    results: list[dict] = []
+    sampling = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in news]
+    timeline = None
+    for name in bench.progress(list(variants) + ["HF generate", "HF generate_batch"], desc="capstone"):
+        if name not in variants:
+            results += _peer_rows(name, hf, prompts, news, p, cuda)
+            continue
+        eng = _build(model, variants[name], opts)
+        results.append(_engine_row(name, eng, prompts, news, sampling, p, cuda))
+        if name == list(variants)[-1]:
+            timeline = eng.timeline.shifted().to_records(max_spans=600)
+        del eng
+    summary = _summary(results, variants, checks, ties, sum(news))
     return {"params": p, "results": results, "summary": summary, "timeline": timeline}
 
 
