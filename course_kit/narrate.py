@@ -11,6 +11,9 @@ Every comparative or causal sentence a notebook prints is built from the numbers
 - `fits(need_bytes, have_bytes)`: "fits (12.0 of 139.8 GiB)" / "does not fit (...)".
 - `above_or_below(value, bound)`: "above" / "below" / "at".
 - `gib(n_bytes)`: one memory unit everywhere (GiB, 2**30 bytes), said so.
+- `direction(delta, above, below, same)`: the word for the sign of a difference, for sentences the
+  phrases above do not fit ("0.12 ms slower than", "2 points less idle than"); modules choose their
+  words through it, never with an inline `'slower' if x > 0 else 'faster'`.
 - `live_vs_record(live, recorded, ...)`: a figure measured in this run, named as this run's with the
   record's beside it when the two differ by more than 15% (a busy GPU, another card, a smaller size).
 
@@ -70,6 +73,20 @@ def above_or_below(value: float, bound: float, same_within: float = 0.0) -> str:
     if abs(value - bound) <= same_within * max(abs(bound), 1e-300):
         return "at"
     return "above" if value > bound else "below"
+
+
+def direction(delta: float, above: str, below: str, same: str | None = None, tolerance: float = 0.0) -> str:
+    """`above` when delta > tolerance, `below` when delta < -tolerance, else `same` (which must be
+    given when a zero difference can occur)."""
+    if not isinstance(delta, (int, float)) or math.isnan(delta):
+        raise ValueError(f"a direction needs a number, got {delta!r}")
+    if delta > tolerance:
+        return above
+    if delta < -tolerance:
+        return below
+    if same is None:
+        raise ValueError(f"difference {delta!r} is within {tolerance!r} of zero and no word for 'the same' was given")
+    return same
 
 
 def gib(n_bytes: float) -> float:

@@ -201,3 +201,15 @@ def test_every_package_map_names_every_module(package):
 def test_every_package_is_mapped():
     packages = sorted(module_name(p.parent / "__init__.py") for p in PACKAGE.rglob("__init__.py"))
     assert sorted(set(packages) - set(MAPPED) - {"course_kit.grading.checks"}) == []
+
+
+INLINE_DIRECTION = re.compile(r"""['"](faster|slower|more|less|fewer|higher|lower)['"] if .* else ['"]\w+['"]""")
+
+
+def test_direction_words_are_chosen_only_by_narrate():
+    """'faster'/'slower', 'more'/'less' follow the numbers through narrate (DESIGN.md), never an
+    inline conditional that another module might word the other way."""
+    bad = [f"{p.relative_to(PACKAGE.parent)}:{n}" for p in sorted(PACKAGE.rglob("*.py")) if p.name != "narrate.py"
+           for n, line in enumerate(p.read_text().splitlines(), 1) if INLINE_DIRECTION.search(line)]
+    assert not bad, "choose the word with narrate.direction (or a phrase of narrate):\n" + "\n".join(bad)
+    assert INLINE_DIRECTION.search("f'{\"slower\" if gap > 0 else \"faster\"} than'")

@@ -54,3 +54,13 @@ def test_a_live_figure_far_from_its_record_is_named_as_this_runs_in_both_directi
     high = narrate.live_vs_record(1.96, 1.60, "x", digits=2)
     assert "1.96 x in this run" in high and "the record: 1.60" in high and "22% higher" in high
     assert not narrate.agrees_with_record(794.0 * 0.849, 794.0) and narrate.agrees_with_record(794.0 * 0.851, 794.0)
+
+
+def test_direction_picks_the_word_for_the_sign_both_ways_and_at_zero():
+    assert narrate.direction(0.2, "slower", "faster") == "slower"
+    assert narrate.direction(-0.2, "slower", "faster") == "faster"
+    assert narrate.direction(1e-12, "more", "fewer", "as many", 1e-9) == "as many"
+    with pytest.raises(ValueError, match="no word for 'the same'"):
+        narrate.direction(0.0, "more", "less")
+    with pytest.raises(ValueError, match="needs a number"):
+        narrate.direction(float("nan"), "more", "less", "same")

@@ -75,7 +75,7 @@ def explain_train(rows: dict[str, dict], mode: str, target: float = 1.2) -> dict
                      f"{narrate.SAME_WITHIN:.0%}), so autotuning gained nothing measurable over `{peer_name}` here. ")
         else:
             text += (f"`{peer_name}` took {wall['peer'] / 1e3:.2f} ms, so `{mode}` is {abs(gap) / 1e3:.2f} ms "
-                     f"{'slower' if gap > 0 else 'faster'} than `{peer_name}`. ")
+                     f"{narrate.direction(gap, 'slower', 'faster')} than `{peer_name}`. ")
         kgap = g_m - g_p
         text += (f"Profiled GPU kernel time per step ({scope}): {g_m / 1e3:.2f} ms against {g_p / 1e3:.2f} ms, "
                  f"a difference of {kgap / 1e3:+.2f} ms. ")

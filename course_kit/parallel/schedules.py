@@ -16,6 +16,7 @@ Megatron-LM's `forward_backward_pipelining_with_interleaving` (micro-batches in 
 of 2(p-r-1) + (v-1)p forwards on rank r); like the paper's, it needs m to be a multiple of p.
 """
 from __future__ import annotations
+from .. import narrate
 
 KINDS = ("gpipe", "1f1b", "interleaved")
 
@@ -157,10 +158,9 @@ def explain_simulation(kind: str, p: int, m: int, v: int = 1, t_f: float = 1.0,
     if kind != "1f1b":
         ref = schedule_summary("1f1b", p, m, 1, t_f, t_b)
         d, peak, peak_ref = s["bubble"] - ref["bubble"], max(s["peak_in_flight"]), max(ref["peak_in_flight"])
-        idle = ("the same idle fraction as" if abs(d) < 1e-9 else
-                f"{abs(d) * 100:.1f} points {'less' if d < 0 else 'more'} idle than")
-        held = ("as many" if abs(peak - peak_ref) < 1e-9 else
-                f"{'more' if peak > peak_ref else 'fewer'}")
+        idle = narrate.direction(d, f"{abs(d) * 100:.1f} points more idle than",
+                                 f"{abs(d) * 100:.1f} points less idle than", "the same idle fraction as", 1e-9)
+        held = narrate.direction(peak - peak_ref, "more", "fewer", "as many", 1e-9)
         text += (f" Against 1F1B at the same p and m: {idle} 1F1B, and {held} activations on "
                  f"the busiest rank ({peak:g} against {peak_ref:g}).")
     return text

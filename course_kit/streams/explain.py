@@ -63,7 +63,7 @@ def _lane_changes(f: Mapping, grown: bool) -> list[str]:
         change = b_a / b_s - 1.0
         if (change > SAME_WITHIN) if grown else (change < -SAME_WITHIN):
             out.append(f"the {lane} lane was busy {_t(b_s)} in sync and {_t(b_a)} in async "
-                       f"({abs(change):.1%} {'more' if change > 0 else 'less'})")
+                       f"({abs(change):.1%} {narrate.direction(change, 'more', 'less')})")
     return out
 
 
