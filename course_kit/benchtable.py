@@ -75,6 +75,10 @@ ROWS: tuple[Row, ...] = (
     Row("h200", "capstone", "GPU idle (profiler), full engine, capstone workload",
         lambda r: next((x.get("gpu_idle_fraction") for x in r.get("results", [])
                         if x.get("name") == (r.get("summary") or {}).get("full_engine")), None), "fraction"),
+    Row("h200", "engine", "engine, long mixed workload (smollm-135m, 256 requests of 100-1024 + 100-1024): output tokens/s",
+        _key("best_tokens_per_s"), "tokens/s"),
+    Row("h200", "engine", "… as a fraction of its step trace's bandwidth limit, best slot count",
+        _key("best_fraction_of_limit"), "fraction", 0.5),
     Row("h200", "attention", "Triton flash forward over SDPA flash (B4 H16 S4096 D128, causal)",
         _key("triton_over_flash"), "x", 1.0),
     Row("h200", "attention", "Triton flash forward over cuDNN attention", _key("triton_over_cudnn"), "x", 0.95),

@@ -433,3 +433,25 @@ def test_policy_gain_splits_the_ratio_into_fewer_steps_and_step_cost():
     assert g["step_cost_ratio"] == pytest.approx(1.25)
     # the same tokens in 2.0 s and 1.25 s: the throughput ratio is the ratio of durations
     assert g["throughput_ratio"] == pytest.approx(2.0 / 1.25)
+
+
+def test_bandwidth_limit_sums_each_steps_bytes_and_takes_the_slower_of_bytes_and_flops():
+    from course_kit.engine.metrics import StepRecord, bandwidth_limit
+    decode = StepRecord(0, 1, [(0, "a", "decode"), (1, "b", "decode")], 2, 0, 4, 0, kv_tokens=300)
+    prefill = StepRecord(1, 2, [(0, "c", "prefill")], 1000, 0, 8, 0, kv_tokens=1000)
+    # weights 1e6 B, 100 B per K/V token, 1e9 B/s: decode 1.03 ms of bytes; prefill 1.1 ms of bytes
+    # but 1000 tokens x 2e6 FLOPs at 1e12 FLOP/s = 2 ms of compute, so compute bounds it
+    out = bandwidth_limit([decode, prefill], 1e6, 100, 1e9, flops_per_token=2e6, peak_flops=1e12, output_tokens=3)
+    assert out["memory_bound_s"] == pytest.approx(1.03e-3 + 1.1e-3)
+    assert out["bound_s"] == pytest.approx(1.03e-3 + 2e-3) and out["compute_bound_steps"] == 1
+    assert out["limit_tok_s"] == pytest.approx(3 / 3.03e-3)
+    with pytest.raises(ValueError, match="copy_bytes_per_s"):
+        bandwidth_limit([decode], 1e6, 100, 0)
+
+
+def test_a_step_records_the_kv_positions_its_rows_attend(model):
+    from course_kit.engine import EngineConfig
+    eng = Engine(model, EngineConfig(policy="continuous", max_num_seqs=2, max_num_batched_tokens=16))
+    eng.generate([[5, 6, 7], [8, 9]], SamplingParams(max_new_tokens=3))
+    # step 0: both prompts (3 + 2 positions); then decodes attend contexts 4 + 3, 5 + 4
+    assert [s.kv_tokens for s in eng.steps][:3] == [5, 7, 9]

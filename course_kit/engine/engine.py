@@ -94,7 +94,7 @@ class Engine:
         real = sum(s.num_tokens for s in sched.scheduled)
         self.steps.append(StepRecord(start, now, rows, real, sched.padding_tokens,
                                      self.blocks.num_used_blocks, len(self.scheduler.waiting),
-                                     len(sched.preempted)))
+                                     len(sched.preempted), sched.kv_tokens))
         if self.config.check_invariants:
             self.blocks.check_invariants()
         return produced

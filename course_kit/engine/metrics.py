@@ -24,6 +24,7 @@ class StepRecord:
     used_blocks: int
     num_waiting: int
     num_preempted: int = 0
+    kv_tokens: int = 0                     # K/V positions the step's attention read (SchedulerOutput)
 
 
 @dataclass
@@ -135,3 +136,27 @@ def policy_gain(static: dict, continuous: dict) -> dict:
     fewer = static["steps"] / continuous["steps"]
     cost = (continuous["duration_s"] / continuous["steps"]) / (static["duration_s"] / static["steps"])
     return {"fewer_steps": fewer, "step_cost_ratio": cost, "throughput_ratio": fewer / cost}
+
+
+def bandwidth_limit(steps: list[StepRecord], weight_bytes: float, kv_bytes_per_token: float,
+                    copy_bytes_per_s: float, flops_per_token: float = 0.0, peak_flops: float = float("inf"),
+                    output_tokens: int | None = None) -> dict:
+    """The fastest a run's own step trace could have gone on this GPU (issue 44's limit).
+
+    Every step reads the weights once and the K/V of every position its rows attend
+    (`StepRecord.kv_tokens`); at the measured copy bandwidth that takes bytes / bandwidth. A step's
+    new tokens also cost 2 x parameters FLOPs each (`flops_per_token`), at best at `peak_flops`;
+    the step can go no faster than the slower of the two. Summed over the run's steps, the time
+    bound gives output tokens per second at the limit."""
+    if copy_bytes_per_s <= 0 or weight_bytes < 0 or kv_bytes_per_token < 0:
+        raise ValueError(f"copy_bytes_per_s={copy_bytes_per_s} must be > 0, the byte counts >= 0")
+    bytes_read = [weight_bytes + kv_bytes_per_token * s.kv_tokens for s in steps]
+    memory_s = [b / copy_bytes_per_s for b in bytes_read]
+    compute_s = [flops_per_token * s.num_tokens / peak_flops for s in steps]
+    bound_s = sum(max(m, c) for m, c in zip(memory_s, compute_s))
+    tokens = output_tokens if output_tokens is not None else sum(
+        sum(1 for _, _, phase in s.rows if phase == "decode") for s in steps)
+    return {"steps": len(steps), "bytes_read": sum(bytes_read), "memory_bound_s": sum(memory_s),
+            "compute_bound_s": sum(compute_s), "bound_s": bound_s,
+            "compute_bound_steps": sum(1 for m, c in zip(memory_s, compute_s) if c > m),
+            "limit_tok_s": tokens / bound_s if bound_s > 0 else float("inf"), "output_tokens": tokens}

@@ -73,6 +73,9 @@ class SchedulerOutput:
     padding: list[Sequence] = field(default_factory=list)   # those members (their caches are held)
     padding_tokens: int = 0            # tokens a padded batch spends on padding
     preempted: list[Sequence] = field(default_factory=list)
+    # K/V positions the step's attention reads: each row's context up to its last new token (a
+    # padding row of a static batch still attends its whole cache). What bounds a step's bytes.
+    kv_tokens: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -171,9 +174,10 @@ class Scheduler:
     # ---- scheduling ---------------------------------------------------------------------
     def schedule(self, now: float, more_coming: bool = False) -> SchedulerOutput:
         """Pick this step's work. `more_coming`: requests will still arrive later (trace replay)."""
-        if self.policy == "continuous":
-            return self._schedule_continuous()
-        return self._schedule_batch(now, more_coming)
+        out = self._schedule_continuous() if self.policy == "continuous" else self._schedule_batch(now, more_coming)
+        out.kv_tokens = (sum(s.seq.num_computed + s.num_tokens for s in out.scheduled)
+                         + sum(s.num_computed + 1 for s in out.padding))
+        return out
 
     def _schedule_batch(self, now: float, more_coming: bool) -> SchedulerOutput:
         out = SchedulerOutput()

@@ -303,7 +303,7 @@ class AsyncEngine(Engine):
             real = sum(s.num_tokens for s in st.sched.scheduled)
             self.steps.append(StepRecord(st.start, now, st.rows, real, st.sched.padding_tokens,
                                          self.blocks.num_used_blocks, len(self.scheduler.waiting),
-                                         len(st.sched.preempted)))
+                                         len(st.sched.preempted), st.sched.kv_tokens))
             if self.config.check_invariants:
                 self.blocks.check_invariants()
         return produced
