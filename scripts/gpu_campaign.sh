@@ -21,12 +21,15 @@ if [ ! -e "$ROOT/started" ]; then
   cp -r "$SRC" "$ROOT/src"
   [ -d "$ROOT/src/data" ] || cp -r "$PWD/data" "$ROOT/src/data"   # the checkout's records and traces
   date +%s > "$ROOT/started"
-  setsid nohup bash "$ROOT/src/scripts/gpu_campaign_plan.sh" "$ROOT" > "$ROOT/res/plan.log" 2>&1 < /dev/null &
+  setsid nohup env PLAN="${PLAN:-final}" bash "$ROOT/src/scripts/gpu_campaign_plan.sh" "$ROOT" \
+    > "$ROOT/res/plan.log" 2>&1 < /dev/null &
   echo "campaign started"
 fi
 while [ ! -e "$ROOT/done" ] && [ $(( $(date +%s) - t_call )) -lt "$WAIT_S" ]; do sleep 5; done
 echo "== $( [ -e "$ROOT/done" ] && echo done || echo running ) after $(( $(date +%s) - $(cat "$ROOT/started") )) s"
 cat "$ROOT/res/steps.log" 2>/dev/null
 mkdir -p "$OUT"
-tar -czf "$OUT/campaign.tar.gz" -C "$ROOT" res src/data/reference 2>/dev/null
+# only what the plan wrote (a whole data/reference would pass the 16 MiB a returned file may have)
+(cd "$ROOT" && find src/data/reference -type f -newer started > res/changed.txt)
+tar -czf "$OUT/campaign.tar.gz" -C "$ROOT" res -T "$ROOT/res/changed.txt" 2>/dev/null
 ls -la "$OUT"

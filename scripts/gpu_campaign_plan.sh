@@ -1,53 +1,51 @@
 #!/usr/bin/env bash
-# The steps of one GPU session on 2 x H200, run by scripts/gpu_campaign.sh from its own copy of the
-# repository. Benches write straight into that copy's data/reference/<slug>/ so that the notebooks
-# recorded afterwards read the new records. Each step has its own time limit and log; a step that
-# fails or runs out of time is logged and the plan goes on.
-#   1. benches, one lane per GPU, each bench alone on its GPU;
-#   2. executed notebooks (06 first, H200 and T4-emulated) beside the GPU tests;
-#   3. the 2-GPU bench and notebook 09 on both GPUs.
+# The steps of one GPU session on ONE H200, run by scripts/gpu_campaign.sh from its own copy of the
+# repository. Everything runs alone on the GPU, one step at a time (DESIGN.md: a recorded run is
+# alone on its GPU): benches first, writing straight into that copy's data/reference/h200/ so that
+# the notebooks recorded afterwards read the new records; then every H200 notebook, one at a time
+# (course-kit record checks the GPU is quiet and stamps it); then the GPU tests. Each step has its
+# own time limit and log; a step that fails or runs out of time is logged and the plan goes on.
+#   PLAN=check   a short first call: the new GPU code's tests, and the records that shape later work
+#   PLAN=final   the records, the notebooks, the GPU tests (default)
 set -uo pipefail
 ROOT=$1
 SRC=$ROOT/src RES=$ROOT/res
 REF=$SRC/data/reference
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export COURSE_KIT_DATA=$SRC/data
+PLAN=${PLAN:-final}
+export PYTHONUNBUFFERED=1 COURSE_KIT_DATA=$SRC/data
 export PYTHONPATH="$SRC${PYTHONPATH:+:$PYTHONPATH}"
 cd "$SRC" || exit 2
 T0=$(cat "$ROOT/started")
 
-step() {   # step NAME SECONDS "ENV=VALUE ..." COMMAND...
-  local name=$1 limit=$2 envs=$3; shift 3
+step() {   # step NAME SECONDS COMMAND...
+  local name=$1 limit=$2; shift 2
   local s; s=$(date +%s)
   echo "## $name started at $(( s - T0 )) s" >> "$RES/steps.log"
-  # shellcheck disable=SC2086
-  env $envs timeout "$limit" "$@" > "$RES/$name.log" 2>&1
+  timeout "$limit" "$@" > "$RES/$name.log" 2>&1
   echo "## $name rc=$? took $(( $(date +%s) - s )) s" >> "$RES/steps.log"
 }
 BENCH="python3 -m course_kit bench"
-RECORD="python3 -m course_kit record --timeout 400"
+GPU_TESTS="python3 -m pytest -m gpu -q -p no:cacheprovider --timeout=240"
+nvidia-smi --query-gpu=name,driver_version,memory.used,utilization.gpu --format=csv > "$RES/gpu.txt" 2>&1
 
-# 1. benches
-( step bench-compile 800 CUDA_VISIBLE_DEVICES=0 $BENCH compile --out "$REF/h200"
-  step bench-attention 300 CUDA_VISIBLE_DEVICES=0 $BENCH attention --out "$REF/h200" ) &
-( step bench-batching 420 CUDA_VISIBLE_DEVICES=1 $BENCH batching --out "$REF/h200"
-  step bench-async 420 CUDA_VISIBLE_DEVICES=1 $BENCH async --out "$REF/h200"
-  step bench-dtypes 200 CUDA_VISIBLE_DEVICES=1 $BENCH dtypes --out "$REF/h200"
-  step bench-capstone 250 CUDA_VISIBLE_DEVICES=1 $BENCH capstone --out "$REF/h200" ) &
-wait
+if [ "$PLAN" = check ]; then
+  step gpu-tests-new 300 $GPU_TESTS ${CHECK_TESTS:-tests/test_profiling.py tests/test_lesson_traces.py tests/test_memory_snapshot.py}
+  step bench-engine 240 $BENCH engine --out "$REF/h200"
+  date +%s > "$ROOT/done"
+  exit 0
+fi
 
-# 2. executed notebooks; the GPU tests beside them on GPU 1 (the notebooks' own timings are
-#    illustrations of a run, the JSON records are the reference figures)
-step rec-h200-06 450 CUDA_VISIBLE_DEVICES=0 $RECORD 06 --out "$REF/h200/notebooks" &
-step rec-h200-a 450 CUDA_VISIBLE_DEVICES=0 $RECORD 03 01 07 --out "$REF/h200/notebooks" &
-step rec-h200-b 450 CUDA_VISIBLE_DEVICES=0 $RECORD 08 10 --out "$REF/h200/notebooks" &
-step rec-t4-06 450 "CUDA_VISIBLE_DEVICES=1 COURSE_KIT_EMULATE=t4" $RECORD 06 --out "$REF/t4-emulated/notebooks" &
-step rec-h200-c 450 CUDA_VISIBLE_DEVICES=1 $RECORD 00 02 04 05 --out "$REF/h200/notebooks" &
-step gpu-tests 450 CUDA_VISIBLE_DEVICES=1 python3 -m pytest -m gpu tests -q -p no:cacheprovider --timeout=300 &
-wait
-
-# 3. two GPUs
-step gpu-tests-x2 200 CUDA_VISIBLE_DEVICES=0,1 python3 -m pytest -m gpu tests/test_parallel_bench.py -q -p no:cacheprovider --timeout=150
-step bench-parallel 300 CUDA_VISIBLE_DEVICES=0,1 $BENCH parallel --out "$REF/h200x2"
-step rec-h200x2-09 300 CUDA_VISIBLE_DEVICES=0,1 $RECORD 09 --out "$REF/h200x2/notebooks"
+# 1. records (the notebooks read them)
+step bench-traces 150 $BENCH traces --out "$REF/h200" --param "trace_dir=\"$REF/h200/traces\""
+step bench-async 300 $BENCH async --out "$REF/h200"
+step bench-amp 150 $BENCH amp --out "$REF/h200"
+step bench-capstone 220 $BENCH capstone --out "$REF/h200"
+for topic in ${EXTRA_TOPICS:-}; do
+  step "bench-$topic" 180 $BENCH "$topic" --out "$REF/h200"
+done
+# 2. every H200 notebook, one at a time, on a quiet GPU (09 needs two GPUs: not here)
+step record 1500 python3 -m course_kit record ${NOTEBOOKS:-00 01 02 03 04 05 06 07 08 10} --timeout 600 \
+  --out "$REF/h200/notebooks"
+# 3. the GPU tests, as far as the time goes
+step gpu-tests 400 $GPU_TESTS tests
 date +%s > "$ROOT/done"
