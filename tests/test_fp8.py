@@ -213,3 +213,27 @@ def test_explainers_follow_the_numbers():
     assert "more than" in more
     with pytest.raises(ValueError, match="bf16"):
         fp8_train.explain_speed({"fp8": 0.1}, "x")
+
+
+def test_the_bench_runs_its_phases_within_budget_and_records_skips():
+    from course_kit.benchmarks import fp8_train as fp8_bench
+    out = fp8_bench.run({"size": "smoke", "device": "cpu", "steps": 4, "budget_s": 0})
+    assert [r["name"] for r in out["results"]] == ["bf16", "fp8"]
+    assert out["layer_check"]["path"] == "emulated" and out["layer_check"]["output_rel_diff"] == 0.0
+    assert all("budget" in out["errors"][k] for k in ("ranges_fp8", "ranges_fp8_delayed", "layer_times"))
+    s = out["summary"]
+    assert s["checks_passed"] and "fp8_speedup_vs_bf16" in s and s["path"] == "emulated"
+
+
+def test_layer_time_explainer_names_the_casts_only_when_they_dominate():
+    row = {"name": "fc", "tokens": 8192, "in": 1024, "out": 4096, "matmul_bf16_s": 2e-4, "matmul_fp8_s": 1e-4,
+           "linear_bf16_s": 8e-4, "linear_fp8_s": 1e-3, "cast_overhead_s": 7e-4}
+    cast_bound = fp8_train.explain_layer_times([row])
+    assert "the matmul 2.00x faster than" in cast_bound and "1.25x slower than" in cast_bound
+    assert "700 µs against 300 µs" in cast_bound
+    quick = dict(row, linear_fp8_s=5e-4, cast_overhead_s=2e-4)
+    text = fp8_train.explain_layer_times([quick])
+    assert "1.60x faster than bf16's" in text and "outside its three matmuls" not in text
+    rec = fp8_train.explain_record({"fp8_speedup_vs_bf16": 1.3, "fp8_loss_gap": 0.004, "why": "torch._scaled_mm"},
+                                   "H200")
+    assert "1.30x faster than" in rec and "0.40% above" in rec and "within" in rec

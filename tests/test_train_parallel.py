@@ -152,3 +152,11 @@ def test_fsdp_over_nccl_on_two_gpus():
     results = launcher.launch(fsdp.measure_fsdp, 2, backend="nccl", preset="smoke", batch=8, steps=4)
     for r in results:
         assert r["fsdp"]["weights"] == pytest.approx(r["dp"]["weights"] / 2, rel=0.05)
+
+
+def test_the_bench_records_recompute_accumulation_and_fsdp_pending():
+    from course_kit.benchmarks import train_parallel
+    out = train_parallel.run({"size": "smoke", "device": "cpu"})
+    assert out["recompute"]["with"]["peak_bytes"] < out["recompute"]["without"]["peak_bytes"]
+    assert [r["micro"] for r in out["accumulation"]] == [1, 2, 4, 8]
+    assert out["fsdp"] is None and out["errors"] == {"fsdp": fsdp.PENDING} and out["summary"]["fsdp_pending"]

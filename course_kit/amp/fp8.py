@@ -234,9 +234,17 @@ class ScaleHistory:
         self.steps: list[dict[str, dict[str, dict[str, float]]]] = []
 
     def snapshot(self, step: int | None = None) -> None:
-        self.steps.append({name: {role: {k: float(v) for k, v in stats.items()}
-                                  for role, stats in m.last.items()}
-                           for name, m in self.layers.items()})
+        keys = [(name, role, k) for name, m in self.layers.items() for role, stats in m.last.items()
+                for k in stats]
+        if not keys:
+            self.steps.append({})
+            return
+        # one stack and one copy to the host: a GPU waits once per step, not once per number
+        values = torch.stack([self.layers[n].last[r][k].float().reshape(()) for n, r, k in keys]).tolist()
+        row: dict[str, dict[str, dict[str, float]]] = {}
+        for (name, role, k), v in zip(keys, values):
+            row.setdefault(name, {}).setdefault(role, {})[k] = v
+        self.steps.append(row)
 
     def series(self, layer: str, role: str, key: str = "scale") -> list[float]:
         """One statistic of one layer's tensor over the steps."""

@@ -218,24 +218,85 @@ def explain_out_of_range(finding: Mapping, scalings: str = "the per-tensor scale
             f"was underflow, as it was fp16's in §2.")
 
 
-def scale_ranges(scales: ScaleHistory) -> dict[str, tuple[float, float]]:
-    """Per role, the smallest and largest scale used over the run (all layers)."""
-    out: dict[str, tuple[float, float]] = {}
-    for layers in scales.steps:
-        for roles in layers.values():
-            for role, s in roles.items():
-                lo, hi = out.get(role, (float("inf"), 0.0))
-                out[role] = (min(lo, s["scale"]), max(hi, s["scale"]))
-    return out
+def scale_summary(scales: ScaleHistory, layers: Sequence[str] | None = None) -> dict:
+    """What a record keeps of a history: per role and step, the smallest, median and largest scale
+    and amax over the layers; and every statistic of a few layers (by default the first, a middle
+    and the last one), step by step."""
+    import statistics
+    names = list(scales.layers)
+    layers = list(layers) if layers is not None else list(dict.fromkeys([names[0], names[len(names) // 2], names[-1]]))
+    per_role: dict[str, dict[str, list[float]]] = {}
+    for row in scales.steps:
+        for role in FORMAT_OF:
+            for key in ("scale", "amax"):
+                vals = [r[role][key] for r in row.values() if role in r]
+                if not vals:
+                    continue
+                d = per_role.setdefault(role, {})
+                for stat, v in (("min", min(vals)), ("median", statistics.median(vals)), ("max", max(vals))):
+                    d.setdefault(f"{key}_{stat}", []).append(v)
+    return {"roles": per_role, "layers": {n: {role: {k: scales.series(n, role, k) for k in scales.steps[0][n][role]}
+                                              for role in scales.steps[0][n]} for n in layers},
+            "steps": len(scales.steps), "n_layers": len(names)}
 
 
-def explain_scales(scales: ScaleHistory) -> str:
-    """What the scales were: per role, their range in powers of two."""
+def explain_scales(summary: Mapping) -> str:
+    """What the scales were, from `scale_summary`: per role, their range over layers and steps in
+    powers of two."""
     import math
-    ranges = scale_ranges(scales)
-    if not ranges:
-        raise ValueError("the history holds no steps")
-    parts = [f"{role.replace('_', ' ')}s ({FORMAT_NAMES[FORMAT_OF[role]]}) from 2^{math.log2(lo):.1f} to "
-             f"2^{math.log2(hi):.1f}" for role, (lo, hi) in ranges.items()]
-    return (f"Over {len(scales.steps)} steps and {len(scales.layers)} layers the scales ran: " + "; ".join(parts)
-            + f". A scale above 1 stretches a tensor toward the format's largest value ({fp8_max(E4M3):g} for e4m3).")
+    roles = summary.get("roles") or {}
+    if not roles:
+        raise ValueError("the summary holds no steps")
+    parts = [f"{role.replace('_', ' ')}s ({FORMAT_NAMES[FORMAT_OF[role]]}) from 2^{math.log2(min(d['scale_min'])):.1f} "
+             f"to 2^{math.log2(max(d['scale_max'])):.1f}" for role, d in roles.items()]
+    return (f"Over {summary['steps']} steps and {summary['n_layers']} layers the scales ran: " + "; ".join(parts)
+            + f". A scale above 1 stretches a tensor toward the format's largest value ({fp8_max(E4M3):g} for e4m3, "
+              f"{fp8_max(torch.float8_e5m2):g} for e5m2): the smaller a tensor's values, the larger its scale.")
+
+
+def explain_layer_times(rows: Sequence[Mapping]) -> str:
+    """Per linear shape: the fp8 matmul alone against bf16's, and the whole fp8 linear (forward +
+    backward: its three matmuls and the casts around them) against bf16's; the casts are named as
+    the cause only where the numbers show the gap."""
+    if not rows:
+        raise ValueError("no layer timings to explain")
+    parts, cast_bound = [], 0
+    for r in rows:
+        mm, lin = r["matmul_bf16_s"] / r["matmul_fp8_s"], r["linear_bf16_s"] / r["linear_fp8_s"]
+        parts.append(f"`{r['name']}` ({r['in']}->{r['out']}): the matmul {narrate.ratio_words(mm)} bf16's, the "
+                     f"whole linear {narrate.ratio_words(lin)} bf16's")
+        if lin < mm and r["cast_overhead_s"] > 3 * r["matmul_fp8_s"]:
+            cast_bound += 1
+    text = f"For {rows[0]['tokens']:,} tokens: " + "; ".join(parts) + "."
+    if cast_bound:
+        worst = max(rows, key=lambda r: r["cast_overhead_s"] / (3 * r["matmul_fp8_s"]))
+        text += (f" In {cast_bound} of {len(rows)} shapes the fp8 linear's time outside its three matmuls (amax "
+                 f"reductions, scaling, casts, the transposed copies the backward's matmuls need) exceeded the matmuls' "
+                 f"own: for `{worst['name']}`, {worst['cast_overhead_s'] * 1e6:,.0f} µs against "
+                 f"{3 * worst['matmul_fp8_s'] * 1e6:,.0f} µs. Unfused, in eager mode, those elementwise passes over "
+                 f"memory cost what the tensor cores saved; fused casts (torch.compile, Transformer Engine) remove most "
+                 f"of them.")
+    return text
+
+
+def explain_record(summary: Mapping, gpu: str) -> str:
+    """The reference run's headline: fp8 against bf16 per step, and the loss gap against the tolerance."""
+    bits = [f"On the {gpu} (fp8 matmuls: {summary.get('why') or 'path not recorded'}):"]
+    if summary.get("fp8_speedup_vs_bf16"):
+        bits.append(f"a training step in fp8 ran **{narrate.ratio_words(summary['fp8_speedup_vs_bf16'])}** bf16 autocast;")
+    if summary.get("fp8_loss_gap") is not None:
+        gap, tol = summary["fp8_loss_gap"], summary.get("loss_tolerance", LOSS_TOLERANCE)
+        bits.append(f"its final loss was {abs(gap):.2%} {'above' if gap > 0 else 'below'} bf16's, "
+                    f"{'within' if abs(gap) <= tol else 'outside'} the {tol:.0%} tolerance.")
+    return " ".join(bits)
+
+
+def explain_noscale(comparison: Fp8Comparison) -> str:
+    """fp8 without scaling against fp8 with it: the final losses, worded from their gap."""
+    for m in ("fp8", "fp8_noscale"):
+        if m not in comparison.runs:
+            raise ValueError(f"need the {m!r} run, got {sorted(comparison.runs)}")
+    a, b = comparison.final_loss("fp8_noscale"), comparison.final_loss("fp8")
+    return (f"Without any scaling (`fp8_noscale`, every scale fixed at 1) each cast kept only what the unscaled "
+            f"format could hold, and the final loss (mean of the last {LAST_STEPS} steps) was {a:.3f}, "
+            f"{narrate.more_or_less(a, b, same_within=0.005)} the scaled run's {b:.3f}.")
