@@ -39,6 +39,11 @@ def test_the_exported_decode_step_equals_eager(model, exported):
     # the later steps read what the earlier ones wrote into the cache: a dropped write would show
     eager = aoti.eager_logits(model, 3)
     assert not torch.allclose(eager[1], eager[2])
+    g = aoti.graph_summary(exported)
+    assert (g["cache_writes"], g["linears"], g["attention"]) == (4, 9, 2)   # 2 layers x 4, + the tied output
+    text = aoti.explain_export(g, 1.0, 0.0, 3)
+    assert "equal to eager's" in text and "4 in-place writes" in text
+    assert "within 1.0e-06 of eager's" in aoti.explain_export(g, 1.0, 1e-6, 3)
 
 
 def test_cold_start_runs_a_fresh_process_and_returns_its_logits(model):
@@ -83,6 +88,8 @@ def test_compile_package_reuses_a_cached_package(tmp_path, monkeypatch, exported
     assert not first["cached"] and again["cached"] and again["path"] == first["path"] and len(calls) == 1
     assert aoti.compile_package(exported, tmp_path, use_cache=False)["cached"] is False and len(calls) == 2
     assert [p.name for p in tmp_path.iterdir()] == [Path(first["path"]).name]   # no temporary left
+    assert aoti.cached_package(exported, tmp_path) == first["path"]
+    assert aoti.cached_package(exported, tmp_path / "elsewhere") is None
 
 
 def _cold(total, steady, first=0.1):

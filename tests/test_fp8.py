@@ -237,3 +237,18 @@ def test_layer_time_explainer_names_the_casts_only_when_they_dominate():
     rec = fp8_train.explain_record({"fp8_speedup_vs_bf16": 1.3, "fp8_loss_gap": 0.004, "why": "torch._scaled_mm"},
                                    "H200")
     assert "1.30x faster than" in rec and "0.40% above" in rec and "within" in rec
+
+
+@pytest.mark.gpu
+def test_the_gpu_takes_the_fp8_tensor_cores_and_matches_the_emulation():
+    from course_kit import device
+    from course_kit.benchmarks.fp8_train import layer_check
+    r = layer_check("cuda")
+    if device.capabilities().fp8:
+        assert r["path"] == "scaled_mm", r["why"]
+    else:
+        assert r["path"] == "emulated" and "no fp8 tensor cores" in r["why"]
+    # the same quantised values: only the fp32 accumulation order differs
+    assert max(r["output_rel_diff"], r["grad_input_rel_diff"], r["grad_weight_rel_diff"]) < 1e-3, r
+    c = fp8_train.compare(("bf16", "fp8"), preset="smoke", steps=20, batch=8, device="cuda")
+    assert abs(c.final_loss("fp8") - c.final_loss("bf16")) / c.final_loss("bf16") <= fp8_train.LOSS_TOLERANCE

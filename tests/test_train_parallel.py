@@ -160,3 +160,17 @@ def test_the_bench_records_recompute_accumulation_and_fsdp_pending():
     assert out["recompute"]["with"]["peak_bytes"] < out["recompute"]["without"]["peak_bytes"]
     assert [r["micro"] for r in out["accumulation"]] == [1, 2, 4, 8]
     assert out["fsdp"] is None and out["errors"] == {"fsdp": fsdp.PENDING} and out["summary"]["fsdp_pending"]
+
+
+def test_explain_grads_and_nccl_follow_the_numbers():
+    assert "bit for bit" in recompute.explain_grads({"bitwise_equal": True, "max_abs_diff": 0.0, "tensors": 3})
+    assert "differ" in recompute.explain_grads({"bitwise_equal": False, "max_abs_diff": 1e-7, "tensors": 3})
+    part = {"weights": 2 << 20, "gradients": 2 << 20, "optimizer state": 4 << 20}
+    half = {k: v // 2 for k, v in part.items()}
+    r0 = {"world_size": 2, "preset": "small_gpu", "batch": 16,
+          "dp": {"step_s": 0.010, "step_peak_bytes": 100 << 20, **part},
+          "fsdp": {"step_s": 0.012, "step_peak_bytes": 60 << 20, **half}}
+    text = fsdp.explain_nccl(r0)
+    assert "1.20x slower than DDP's" in text and "40 MiB less than DDP" in text and "4 MiB of training state" in text
+    faster = fsdp.explain_nccl({**r0, "fsdp": {**r0["fsdp"], "step_s": 0.005}})
+    assert "2.00x faster than DDP's" in faster

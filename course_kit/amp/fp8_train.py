@@ -26,6 +26,7 @@ RUNS = {"bf16": None, "fp8": "dynamic", "fp8_delayed": "delayed", "fp8_noscale":
 LOSS_TOLERANCE = 0.02
 LAST_STEPS = 5
 FORMAT_NAMES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
+ROLE_WORDS = {"input": "input", "weight": "weight", "grad_output": "output gradient"}
 
 
 @dataclass
@@ -204,7 +205,7 @@ def explain_out_of_range(finding: Mapping, scalings: str = "the per-tensor scale
     if kind is None:
         return ("No tensor in this run would have left its fp8 format's range without scaling: every amax sat "
                 "inside the format and nothing would have flushed to zero.")
-    where = (f"At step {finding['step']}, the {finding['role'].replace('_', ' ')} of `{finding['layer']}` "
+    where = (f"At step {finding['step']}, the {ROLE_WORDS[finding['role']]} of `{finding['layer']}` "
              f"(cast to {finding['format']})")
     if kind == "overflow":
         return (f"{where} had amax {finding['amax']:.3g}, {finding['amax_over_max']:.1f}x {finding['format']}'s "
@@ -247,7 +248,7 @@ def explain_scales(summary: Mapping) -> str:
     roles = summary.get("roles") or {}
     if not roles:
         raise ValueError("the summary holds no steps")
-    parts = [f"{role.replace('_', ' ')}s ({FORMAT_NAMES[FORMAT_OF[role]]}) from 2^{math.log2(min(d['scale_min'])):.1f} "
+    parts = [f"{ROLE_WORDS[role]}s ({FORMAT_NAMES[FORMAT_OF[role]]}) from 2^{math.log2(min(d['scale_min'])):.1f} "
              f"to 2^{math.log2(max(d['scale_max'])):.1f}" for role, d in roles.items()]
     return (f"Over {summary['steps']} steps and {summary['n_layers']} layers the scales ran: " + "; ".join(parts)
             + f". A scale above 1 stretches a tensor toward the format's largest value ({fp8_max(E4M3):g} for e4m3, "

@@ -87,6 +87,26 @@ def check_export(model: TinyGPT, ep: torch.export.ExportedProgram, steps: int = 
     return float((got - eager_logits(model, steps)).abs().max())
 
 
+def graph_summary(ep: torch.export.ExportedProgram) -> dict:
+    """Operators in the exported graph (nested graphs included: `torch.no_grad` on decode becomes a
+    wrapped subgraph), and how many of them write the KV cache in place."""
+    targets = [str(n.target) for gm in ep.graph_module.modules() if isinstance(gm, torch.fx.GraphModule)
+               for n in gm.graph.nodes if n.op == "call_function"
+               and not str(n.target).startswith(("<built-in", "wrap_with"))]
+    return {"ops": len(targets), "cache_writes": sum("index_copy_" in t for t in targets),
+            "linears": sum("linear" in t for t in targets), "attention": sum("scaled_dot_product" in t for t in targets)}
+
+
+def explain_export(summary: dict, seconds: float, max_diff: float, steps: int) -> str:
+    """What export captured of the decode step, and whether it computes eager's numbers."""
+    same = "equal to" if max_diff == 0.0 else f"within {max_diff:.1e} of"
+    return (f"Export took {seconds:.1f} s. The graph holds {summary['ops']} ATen operators: {summary['linears']} "
+            f"linears, {summary['attention']} attention calls and {summary['cache_writes']} in-place writes into the "
+            f"KV cache (`index_copy_`, one for K and one for V per layer), so the cache update travels with the "
+            f"graph. Over {steps} decode steps from an empty cache, its logits were {same} eager's: later steps "
+            f"read what earlier ones wrote, so a lost write would have shown.")
+
+
 def cache_dir() -> Path:
     """Where compiled packages are kept: $COURSE_KIT_AOTI_CACHE, else ~/.cache/course_kit/aoti."""
     env = os.environ.get("COURSE_KIT_AOTI_CACHE")
@@ -101,6 +121,12 @@ def package_key(ep: torch.export.ExportedProgram) -> str:
         h.update(f"{t.device}|{t.dtype}|{tuple(t.shape)}".encode())
         h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()[:24]
+
+
+def cached_package(ep: torch.export.ExportedProgram, folder: str | Path | None = None) -> str | None:
+    """The path of an already compiled package of `ep`, or None (nothing is compiled)."""
+    path = (Path(folder) if folder is not None else cache_dir()) / f"decode-{package_key(ep)}.pt2"
+    return str(path) if path.is_file() else None
 
 
 def compile_package(ep: torch.export.ExportedProgram, folder: str | Path | None = None,
@@ -124,7 +150,8 @@ def cold_start(mode: str, *, preset: str, device: str = "cpu", package: str | No
                threads: int | None = None, timeout_s: float = 600.0) -> dict:
     """Run one peer in a fresh Python process (`aoti_cold.py`): its phases' seconds, its steady-state
     call, and its logits over `steps` decode steps (key "logits", a tensor). `fresh_inductor_cache`
-    gives torch.compile an empty cache (TORCHINDUCTOR_CACHE_DIR), so its first call compiles;
+    gives torch.compile empty caches (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR), so its first call
+    compiles everything;
     `threads`: CPU threads of the child (None: torch's default), the same for every peer."""
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}; choose one of {MODES}")
@@ -137,8 +164,9 @@ def cold_start(mode: str, *, preset: str, device: str = "cpu", package: str | No
                 "layers": cfg.n_layers, "cache_shape": [2, batch, cfg.n_heads, cfg.seq_len, cfg.head_dim],
                 "out": str(Path(tmp) / "logits.pt")}
         env = dict(os.environ)
-        if fresh_inductor_cache:
+        if fresh_inductor_cache:     # and Triton's own kernel cache, which Inductor's setting does not move
             env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tmp) / "inductor")
+            env["TRITON_CACHE_DIR"] = str(Path(tmp) / "triton")
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, str(COLD_SCRIPT), json.dumps(args)], capture_output=True,
                               text=True, env=env, timeout=timeout_s)

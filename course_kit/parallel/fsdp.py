@@ -163,3 +163,14 @@ def explain_fsdp(result: dict) -> str:
             f"{narrate.more_or_less(total / mib, total_pred / mib, 'MiB')} ZeRO-3's 16 bytes per parameter / {n} "
             f"({total_pred / mib:.3f} MiB; a shard is padded to equal rows on every rank), and {total_dp / total:.2f}x "
             f"less than plain DP's {total_dp / mib:.3f} MiB.")
+
+
+def explain_nccl(rank0: dict) -> str:
+    """FSDP2 against DDP on GPUs (one rank of `measure_fsdp`): step time and peak memory."""
+    f, d, mib = rank0["fsdp"], rank0["dp"], 2**20
+    return (f"On {rank0['world_size']} GPUs over NCCL ({rank0['preset']} preset, batch {rank0['batch']}), a FSDP2 step "
+            f"ran {narrate.speed(f['step_s'], d['step_s'])} DDP's ({f['step_s'] * 1e3:.1f} ms against "
+            f"{d['step_s'] * 1e3:.1f} ms), and a rank's step peaked at {f['step_peak_bytes'] / mib:,.0f} MiB against "
+            f"DDP's {d['step_peak_bytes'] / mib:,.0f} MiB ({narrate.more_or_less(f['step_peak_bytes'] / mib, d['step_peak_bytes'] / mib, 'MiB')} "
+            f"DDP); it held {sum(f[p] for p in PARTS) / mib:,.0f} MiB of training state against DDP's "
+            f"{sum(d[p] for p in PARTS) / mib:,.0f} MiB.")

@@ -143,3 +143,13 @@ def explain_recompute(plain: dict, recomputed: dict) -> str:
     else:
         text += "but the measured peak did not drop: something other than the blocks' activations set it."
     return text
+
+
+def explain_grads(check: dict) -> str:
+    """Whether recomputation changed the gradients (`check_grads`), in words."""
+    if check["bitwise_equal"]:
+        return (f"The gradients with recomputation are bit for bit those without ({check['tensors']} tensors): the "
+                f"same operations on the same values, run again.")
+    return (f"The gradients with recomputation differ from those without by up to {check['max_abs_diff']:.1e} "
+            f"({check['tensors']} tensors): the recomputed forward did not reproduce the first one exactly "
+            f"(a non-deterministic kernel).")
