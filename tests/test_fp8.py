@@ -143,6 +143,9 @@ def test_fp8_training_stays_within_tolerance_of_bf16():
     assert any(k.startswith("float8") for k in c.runs["fp8"].saved_by_dtype)
     steps = c.histories["fp8"].steps
     assert len(steps) == 20 and set(steps[0]["blocks.0.fc"]) == set(fp8.ROLES)
+    # the history keeps numbers, names and paths, not the trained model's weights
+    assert all(m is None for m in c.histories["fp8"].layers.values())
+    assert c.histories["fp8"].paths()["blocks.1.out"].startswith("emulated")
 
 
 class _Chain(nn.Module):

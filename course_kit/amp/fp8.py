@@ -232,6 +232,7 @@ class ScaleHistory:
         if not self.layers:
             raise ValueError("the model has no Fp8Linear layers to record (call to_fp8 first)")
         self.steps: list[dict[str, dict[str, dict[str, float]]]] = []
+        self._why: dict[str, str] = {}
 
     def snapshot(self, step: int | None = None) -> None:
         keys = [(name, role, k) for name, m in self.layers.items() for role, stats in m.last.items()
@@ -256,7 +257,13 @@ class ScaleHistory:
 
     def paths(self) -> dict[str, str]:
         """Which path each layer took, and why (the last step's)."""
-        return {n: m.why for n, m in self.layers.items()}
+        return {n: self._why.get(n) or (m.why if m is not None else None) for n, m in self.layers.items()}
+
+    def release(self) -> None:
+        """Drop the references to the layers (and so to the model's weights) once training is over;
+        the recorded steps, the names and the paths stay."""
+        self._why = self.paths()
+        self.layers = dict.fromkeys(self.layers)
 
     def to_dict(self) -> dict:
         return {"layers": list(self.layers), "steps": self.steps}

@@ -104,6 +104,8 @@ def train_fp8(scaling: str = "dynamic", *, preset: str = "smoke", steps: int = 3
     res = train("bf16", model=model, data=data, steps=steps, batch=batch, lr=lr, seed=seed, device=dev,
                 track_grads=False, on_step=scales.snapshot)
     res.precision = next(k for k, v in RUNS.items() if v == scaling)
+    scales.release()           # the history outlives the model: it must not keep its weights alive
+    del model
     _probe_saved(res, scaling, preset, seed, dev, data[0])
     return res, scales
 
