@@ -255,3 +255,18 @@ def test_the_gpu_takes_the_fp8_tensor_cores_and_matches_the_emulation():
     assert max(r["output_rel_diff"], r["grad_input_rel_diff"], r["grad_weight_rel_diff"]) < 1e-3, r
     c = fp8_train.compare(("bf16", "fp8"), preset="smoke", steps=20, batch=8, device="cuda")
     assert abs(c.final_loss("fp8") - c.final_loss("bf16")) / c.final_loss("bf16") <= fp8_train.LOSS_TOLERANCE
+
+
+def test_a_failing_scaled_mm_is_said_and_the_emulation_takes_over(monkeypatch):
+    def broken(*a, **k):
+        raise RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul\nmore")
+
+    monkeypatch.setattr(torch, "_scaled_mm", broken)
+    lin, layer = _layer(32, 48, path="scaled_mm")
+    ref_lin, ref = _layer(32, 48, path="emulated")
+    x = _randn(16, 32)
+    y = layer(x.clone().requires_grad_())
+    torch.testing.assert_close(y, ref(x.clone().requires_grad_()))
+    assert layer.last_path == "emulated" and "CUBLAS_STATUS_NOT_SUPPORTED" in layer.why
+    layer(x)                                                   # and it stays said on the next call
+    assert "torch._scaled_mm failed" in layer.why

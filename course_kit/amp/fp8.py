@@ -93,6 +93,22 @@ def fp8_mm(a: torch.Tensor, scale_a: torch.Tensor, b: torch.Tensor, scale_b: tor
     return ((a.float() @ b.float()) * (inv_a * inv_b)).to(out_dtype)
 
 
+def _layer_mm(layer: "Fp8Linear", a: torch.Tensor, scale_a: torch.Tensor, b: torch.Tensor,
+              scale_b: torch.Tensor, out_dtype: torch.dtype, path: str) -> torch.Tensor:
+    """fp8_mm for a layer. If torch._scaled_mm raises on this device, the layer says so in `why`
+    and multiplies the same quantised values on the emulated path from then on: a record shows it,
+    and the other measurements of the run survive."""
+    if path == "scaled_mm" and layer.failed is None:
+        try:
+            return fp8_mm(a, scale_a, b, scale_b, out_dtype, "scaled_mm")
+        except RuntimeError as err:
+            first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+            layer.failed = (f"emulated: torch._scaled_mm failed here ({first.strip()[:200]}), so the same "
+                            f"quantised values were multiplied in fp32 instead")
+            layer.last_path, layer.why = "emulated", layer.failed
+    return fp8_mm(a, scale_a, b, scale_b, out_dtype, "emulated")
+
+
 class _Fp8Linear(torch.autograd.Function):
     """y = x W^T + b with x, W in e4m3 and, in the backward pass, g = dL/dy in e5m2."""
 
@@ -106,7 +122,7 @@ class _Fp8Linear(torch.autograd.Function):
             path = layer.resolve_path(x2.shape[0], x.device)
             xq, sx = layer.cast("input", x2)
             wq, sw = layer.cast("weight", weight)
-            y = fp8_mm(xq, sx, wq.t(), sw, out_dtype, path)
+            y = _layer_mm(layer, xq, sx, wq.t(), sw, out_dtype, path)
             if bias is not None:
                 y = y + bias.to(out_dtype)
         # What backward needs, in fp8: 1 byte per value instead of bf16's 2.
@@ -121,8 +137,8 @@ class _Fp8Linear(torch.autograd.Function):
         with torch.autocast(grad_y.device.type, enabled=False):
             g = grad_y.reshape(-1, grad_y.shape[-1])
             gq, sg = ctx.layer.cast("grad_output", g)
-            grad_x = fp8_mm(gq, sg, wq, sw, ctx.x_dtype, ctx.path)            # [N, out] @ [out, in]
-            grad_w = fp8_mm(gq.t(), sg, xq, sx, ctx.w_dtype, ctx.path)        # [out, N] @ [N, in]
+            grad_x = _layer_mm(ctx.layer, gq, sg, wq, sw, ctx.x_dtype, ctx.path)       # [N, out] @ [out, in]
+            grad_w = _layer_mm(ctx.layer, gq.t(), sg, xq, sx, ctx.w_dtype, ctx.path)   # [out, N] @ [N, in]
             grad_b = g.float().sum(0).to(ctx.w_dtype) if ctx.has_bias else None
         return grad_x.reshape(ctx.x_shape), grad_w, grad_b, None
 
@@ -151,6 +167,7 @@ class Fp8Linear(nn.Module):
         self.amax_history: dict[str, list[torch.Tensor]] = {r: [] for r in ROLES}
         self.last: dict[str, dict[str, torch.Tensor]] = {}
         self.last_path, self.why = None, None
+        self.failed: str | None = None      # why torch._scaled_mm was given up on this device, if it was
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, **kwargs) -> "Fp8Linear":
@@ -161,7 +178,9 @@ class Fp8Linear(nn.Module):
 
     def resolve_path(self, rows: int, dev: torch.device) -> str:
         dims = (rows, self.in_features, self.out_features)
-        if self.path == "auto":
+        if self.failed is not None:
+            self.last_path, self.why = "emulated", self.failed
+        elif self.path == "auto":
             self.last_path, self.why = choose_path(dev.type, current_capability(dev), dims)
         else:
             self.last_path, self.why = self.path, f"{self.path} (forced by path={self.path!r})"
