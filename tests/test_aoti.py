@@ -146,3 +146,30 @@ def test_the_cuda_package_matches_eager_in_a_fresh_process(tmp_path):
     r = aoti.cold_start("aoti", preset="smoke", device="cuda", package=pk["path"], steps=4, repeat=5)
     want = aoti.eager_logits(gpu_model, 4)
     assert float((r["logits"] - want).abs().max()) <= aoti_bench.TOLERANCE * float(want.abs().max())
+
+
+def test_a_pip_only_machine_gets_cuda_headers_for_the_cuda_build(tmp_path, monkeypatch):
+    from torch.utils import cpp_extension
+    from course_kit.capture import aoti_cuda
+    inc = tmp_path / "nvidia" / "cu13" / "include"
+    inc.mkdir(parents=True)
+    (inc / "cuda_runtime_api.h").write_text("")
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    (driver / "libcuda.so.1").write_text("")
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", None)
+    monkeypatch.setattr(aoti_cuda, "_site_roots", lambda: [str(tmp_path)])
+    monkeypatch.setattr(aoti_cuda, "_libcuda_dirs", lambda: [str(driver)])
+    monkeypatch.setattr(aoti_cuda, "_triton_include", lambda: "/triton/include")
+    for var in ("CUDA_HOME", "CUDA_INC_PATH", "LIBRARY_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    done = aoti_cuda.prepare()
+    assert done["cuda_home"] == str(inc.parent) == cpp_extension.CUDA_HOME == os.environ["CUDA_HOME"]
+    assert os.environ["CUDA_INC_PATH"] == "/triton/include"       # no cuda.h beside the runtime headers
+    link = Path(os.environ["LIBRARY_PATH"]) / "libcuda.so"
+    assert link.is_symlink() and os.readlink(link) == str(driver / "libcuda.so.1")
+    assert len(done["changes"]) == 3
+    # with a toolkit, the headers are left alone
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", "/usr/local/cuda")
+    (driver / "libcuda.so").write_text("")
+    assert aoti_cuda.prepare() == {"cuda_home": "/usr/local/cuda", "changes": []}

@@ -54,7 +54,7 @@ def device_phase(dev: str, preset: str, steps: int, repeat: int, deadline: float
             try:
                 _say(f"{dev}: aoti_compile_and_package")
                 pk = aoti.compile_package(ep, tmp, use_cache=False)
-                row.update(compile_s=pk["seconds"], package_bytes=pk["bytes"])
+                row.update(compile_s=pk["seconds"], package_bytes=pk["bytes"], cuda_build=pk["cuda_build"])
                 package = pk["path"]
             except Exception as err:  # noqa: BLE001
                 errors[f"{dev}_compile"] = bench_error(err)

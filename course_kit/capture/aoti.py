@@ -132,17 +132,23 @@ def cached_package(ep: torch.export.ExportedProgram, folder: str | Path | None =
 def compile_package(ep: torch.export.ExportedProgram, folder: str | Path | None = None,
                     use_cache: bool = True) -> dict:
     """AOT-compile `ep` into a .pt2 package (or reuse the cached one with the same key).
-    Returns {"path", "seconds" (0 when cached), "bytes", "cached"}."""
+    Returns {"path", "seconds" (0 when cached), "bytes", "cached", "cuda_build" (what `aoti_cuda.prepare`
+    did for a CUDA package, else None)}."""
     folder = Path(folder) if folder is not None else cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"decode-{package_key(ep)}.pt2"
     if use_cache and path.is_file():
-        return {"path": str(path), "seconds": 0.0, "bytes": path.stat().st_size, "cached": True}
+        return {"path": str(path), "seconds": 0.0, "bytes": path.stat().st_size, "cached": True, "cuda_build": None}
+    build = None
+    if any(t.device.type == "cuda" for t in ep.state_dict.values()):
+        from . import aoti_cuda
+        build = aoti_cuda.prepare()          # CUDA headers and libcuda for the C++ wrapper's build
     t0 = time.perf_counter()
     tmp = path.with_suffix(f".{os.getpid()}.tmp.pt2")
     torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp))
     tmp.replace(path)           # whole packages only: a killed compile leaves no half file behind
-    return {"path": str(path), "seconds": time.perf_counter() - t0, "bytes": path.stat().st_size, "cached": False}
+    return {"path": str(path), "seconds": time.perf_counter() - t0, "bytes": path.stat().st_size, "cached": False,
+            "cuda_build": build}
 
 
 def cold_start(mode: str, *, preset: str, device: str = "cpu", package: str | None = None, steps: int = 4,
