@@ -68,7 +68,10 @@ def device_phase(dev: str, preset: str, steps: int, repeat: int, deadline: float
                 continue
             try:
                 _say(f"{dev}: cold start, {mode}, in a fresh process")
-                r = aoti.cold_start(mode, preset=preset, device=dev, package=package, steps=steps, repeat=repeat)
+                # a child that hangs is killed once the budget (plus a minute) is gone, and recorded
+                left = max(60.0, deadline - time.perf_counter() + 60.0)
+                r = aoti.cold_start(mode, preset=preset, device=dev, package=package, steps=steps, repeat=repeat,
+                                    timeout_s=left)
                 row["rel_diff"][mode] = _rel(r.pop("logits"), want)
                 row["cold"][mode] = r
             except Exception as err:  # noqa: BLE001
