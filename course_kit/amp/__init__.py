@@ -5,6 +5,8 @@ Notebook 02 shows the sources of these modules; `course-kit bench amp` times the
 Modules:
 
     activations     Activation gradients under autocast: what fp16 flushes to zero when the loss is not ...
+    fp8             fp8 training's linear layer: e4m3 forward, e5m2 gradients, per-tensor scales (§6)
+    fp8_train       TinyGPT trained in fp8 against bf16 autocast: losses, time, memory, the scales (§6)
     explain         The "what just happened" sentences of notebook 02, computed from the run's (or the ...
     snapshot        One steady training step per mode under the allocator's log: what holds its peak memory.
     grads           Where gradients sit against fp16's range: underflow fractions and magnitude histograms.

@@ -6,6 +6,10 @@
     traps       each trap run for real: trace baking a branch, script refusing Python, export
                 refusing data-dependent control flow and `torch.cond` accepting it (section 5)
     gallery     the capture gallery widget's cells: one trap x one method, captured and run
+    aoti        AOTInductor: the decode step exported, compiled to a .pt2 package, loaded in a fresh
+                process (cold start against torch.compile's first call), a trap it refuses (section 6)
+    aoti_cuda   what a CUDA package's C++ build needs (CUDA headers, libcuda) on a pip-only machine
+    aoti_cold   the fresh process of one cold start (run as a script by `aoti.cold_start`)
 
 Widget `widgets/capture.py`, figure `plots/capture.py`, checks `grading/checks/nb04.py`.
 """

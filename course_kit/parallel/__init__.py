@@ -7,6 +7,10 @@
 
 Modules:
 
+    accumulate      Gradient accumulation: the large-batch step in k micro-batches, equal to it, and its cost
+    fsdp            FSDP2 (`fully_shard`) on the course model against plain DP, and ZeRO-3's bytes per rank
+    recompute       Activation recomputation per block (torch.utils.checkpoint), measured and by the formula
+    step_memory     The peak memory of one training step, on a GPU (allocator) and on a CPU (profiler)
     bubble          Why a measured pipeline bubble differs from (p-1)/(m+p-1): read from its own timeline
     explain         Sentences of notebook 09 about expert and context parallelism, worded from their ...
     measure         Measurements that run on every rank of a launched group (used by `course-kit bench ...
