@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from course_kit.amp import fp8, fp8_train
+from course_kit.amp.train import saved_bytes_by_dtype
 from course_kit.amp.fp8 import E4M3, E5M2
 
 GEN = torch.Generator().manual_seed(0)
@@ -163,7 +164,7 @@ class _Chain(nn.Module):
 
 
 def test_saved_bytes_counts_every_tensor_once():
-    by = fp8_train.saved_bytes(_Chain(), torch.zeros(1), "fp32")
+    by = saved_bytes_by_dtype(_Chain(), torch.zeros(1), "fp32")
     # 4 exp outputs + 4 products' saved scalars are not tensors of storage: 4 x 4000 bytes
     assert by == {"float32": 4 * 4000}
 

@@ -17,8 +17,7 @@ import torch
 from .. import narrate
 from ..models.tiny_gpt import TinyGPT, batches, config, markov_tokens
 from .fp8 import E4M3, FORMAT_OF, ScaleHistory, fp8_max, to_fp8
-from .precision import get
-from .train import RunResult, train
+from .train import RunResult, saved_bytes_by_dtype, train
 
 RUNS = {"bf16": None, "fp8": "dynamic", "fp8_delayed": "delayed", "fp8_noscale": "none"}
 # How close fp8 (dynamic scaling) training must stay to bf16's: the mean of the last LAST_STEPS
@@ -48,38 +47,6 @@ def make_data(preset: str, batch: int, steps: int, seed: int = 0,
     return batches(stream, batch, cfg.seq_len, steps, seed=seed, device=device)
 
 
-def _no_unpack(packed: None) -> torch.Tensor:
-    raise RuntimeError("saved_bytes runs a forward pass only; it cannot be backpropagated")
-
-
-def saved_bytes(model: torch.nn.Module, tokens: torch.Tensor, precision: str = "bf16") -> dict[str, int]:
-    """Bytes per dtype of the distinct tensors autograd keeps for the backward pass of one forward.
-
-    Every packed tensor is held in a list until the forward ends, so no two of them can share an
-    address: a tensor freed mid-forward would hand its memory to the next one, and counting storages
-    by address would then merge them (amp.saved_bytes_by_dtype returns nothing from its hook and
-    undercounts that way). The list is dropped at the end: no graph refers to it, nothing leaks."""
-    kept: list[torch.Tensor] = []
-
-    def pack(t: torch.Tensor) -> None:
-        kept.append(t)
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, _no_unpack):
-        with get(precision).context(tokens.device.type):
-            model.loss(tokens)
-    storages: dict[int, tuple[int, str]] = {}
-    for t in kept:
-        try:
-            storages[t.untyped_storage().data_ptr()] = (t.untyped_storage().nbytes(), str(t.dtype).removeprefix("torch."))
-        except (RuntimeError, NotImplementedError):   # tensors without storage (wrappers)
-            pass
-    kept.clear()
-    out: dict[str, int] = {}
-    for nbytes, dtype in storages.values():
-        out[dtype] = out.get(dtype, 0) + nbytes
-    return out
-
-
 def _probe_saved(res: RunResult, scaling: str | None, preset: str, seed: int, dev: torch.device,
                  tokens: torch.Tensor) -> None:
     """Replace `res`'s saved bytes by `saved_bytes` on a fresh copy of the run's model (a probe on
@@ -87,7 +54,7 @@ def _probe_saved(res: RunResult, scaling: str | None, preset: str, seed: int, de
     model = TinyGPT.from_preset(preset, seed=seed, device=dev)
     if scaling is not None:
         to_fp8(model, scaling=scaling)
-    res.saved_by_dtype = saved_bytes(model, tokens, "bf16")
+    res.saved_by_dtype = saved_bytes_by_dtype(model, tokens, "bf16")
     res.saved_bytes = sum(res.saved_by_dtype.values())
 
 

@@ -63,25 +63,29 @@ def saved_bytes_by_dtype(model: torch.nn.Module, tokens: torch.Tensor, precision
     """Bytes of the distinct tensors autograd keeps for the backward pass of one forward in `precision`
     (activations, plus the low-precision weight copies that autocast saves), per dtype
     ("float32", "bfloat16", "float16", "int64", ...). Notebook 02 uses it to say why autocast saves
-    more than half of fp32's bytes."""
-    seen: dict[tuple, tuple[int, str]] = {}
+    more than half of fp32's bytes.
+
+    Every packed tensor is held in a list until the forward ends, so no two of them can share an
+    address (a tensor freed mid-forward would hand its memory to the next, and counting storages by
+    address would merge them). The hook returns nothing, so no graph refers to the list, and the list
+    is dropped at the end: nothing leaks (returning the tensor itself made a reference cycle through
+    autograd's C++ graph that leaked one forward per call, issue 19 item 10)."""
+    kept: list[torch.Tensor] = []
 
     def pack(t: torch.Tensor) -> None:
-        try:
-            key = (t.untyped_storage().data_ptr(), t.device.type)
-            nbytes = max(seen.get(key, (0, ""))[0], t.untyped_storage().nbytes())
-            seen[key] = (nbytes, str(t.dtype).removeprefix("torch."))
-        except (RuntimeError, NotImplementedError):  # tensors without storage (e.g. wrappers)
-            pass
-        # Keep nothing: no backward follows. Returning `t` itself made a reference cycle through
-        # autograd's C++ graph (an op's output saved by its own node), which Python's gc cannot
-        # break: every call leaked one forward's activations (the 02 H200 record's peak memory
-        # grew by about that much per mode, issue 19 item 10).
-        return None
+        kept.append(t)
 
     with torch.autograd.graph.saved_tensors_hooks(pack, _no_unpack):
         with get(precision).context(tokens.device.type):
             model.loss(tokens)
+    seen: dict[tuple, tuple[int, str]] = {}
+    for t in kept:
+        try:
+            seen[(t.untyped_storage().data_ptr(), t.device.type)] = (t.untyped_storage().nbytes(),
+                                                                     str(t.dtype).removeprefix("torch."))
+        except (RuntimeError, NotImplementedError):  # tensors without storage (e.g. wrappers)
+            pass
+    kept.clear()
     out: dict[str, int] = {}
     for nbytes, dtype in seen.values():
         out[dtype] = out.get(dtype, 0) + nbytes
