@@ -336,6 +336,127 @@ else:
 fig
 
 # %% [markdown]
+# ## 7. One format further: training in fp8
+#
+# Notebook 01 showed the two 8-bit float formats: **e4m3** (3 mantissa bits, largest value 448,
+# smallest subnormal $2^{-9}$) and **e5m2** (2 mantissa bits, range $2^{-16}$ to 57344). GPUs with
+# fp8 tensor cores (sm_89 and newer: Ada, Hopper) multiply fp8 matrices at a higher datasheet peak
+# than bf16 ones (computed below). Training in fp8 (Micikevicius et al., *FP8 Formats for Deep Learning*,
+# 2022) uses both formats:
+#
+# - forward: the input $x$ and the weight $W$ in **e4m3** (precision matters most there);
+# - backward: the output's gradient $g$ in **e5m2** (gradients need range), for the two matmuls
+#   $\partial L/\partial x = g\,W$ and $\partial L/\partial W = g^\top x$.
+#
+# Neither format can hold a tensor as it is: a range of 448 or 57344 is far too narrow for values
+# that, in gradients, sit near $10^{-5}$. So every tensor is multiplied by its own **scale**
+# $s = \text{max of the format} / \text{amax}$ before the cast (amax is the tensor's largest
+# magnitude), which puts its largest value on the format's largest one, and the product is divided
+# by $s_a s_b$ afterwards. It is section 3's loss scaling, one format further and per tensor: fp16
+# needed one scale for the whole loss; fp8 needs one for every tensor it casts.
+#
+# The cast, with the statistics it records:
+
+# %%
+from course_kit.amp import fp8, fp8_train
+from course_kit.plots import fp8 as fp8_plots
+
+# On a CPU fp8 is emulated, and this CPU's bf16 may be slow too: the comparison runs on the smoke model.
+FP8_PRESET = PRESET if DEVICE == "cuda" else "smoke"
+FP8_STEPS = {"smoke": 20, "cpu": 30}.get(P["size"], STEPS)
+fp8_data = fp8_train.make_data(FP8_PRESET, BATCH, FP8_STEPS, 0, DEVICE)
+h200_sheet = device.peaks("H200")
+md(f"The H200's datasheet: fp8 tensor cores {h200_sheet.fp8:,.0f} TFLOP/s, bf16 {h200_sheet.bf16:,.0f} "
+   f"({h200_sheet.fp8 / h200_sheet.bf16:.1f}x; dense, no sparsity).")
+show_source(fp8.Fp8Linear.cast)
+
+# %% [markdown]
+# The layer itself is one autograd function with three fp8 matmuls, each through `fp8_mm`: on fp8
+# tensor cores `torch._scaled_mm`, elsewhere the *emulated* path, which rounds the values to the fp8
+# grid exactly as the hardware would, then multiplies them in fp32. The emulation has fp8's numerics,
+# not its speed. Which one runs here, and why:
+
+# %%
+show_source(fp8._Fp8Linear)
+fp8_cfg = tiny_gpt.config(FP8_PRESET)
+fp8_path, fp8_why = fp8.choose_path(DEVICE, device.current_capability() if DEVICE == "cuda" else None,
+                                    (BATCH * fp8_cfg.seq_len, fp8_cfg.d_model, 4 * fp8_cfg.d_model))
+md(f"On this machine the fp8 matmuls run {fp8_why}.")
+
+# %% [markdown]
+# ### The course model in fp8, against bf16
+#
+# `fp8.to_fp8` swaps each block's four linears (qkv, proj, fc, out) for the fp8 layer; everything
+# else runs under bf16 autocast, through section 1's training loop unchanged (on a CPU, on the
+# smallest TinyGPT). Three runs from the same weights on the same batches: **bf16** autocast, **fp8** with per-tensor dynamic scaling, and
+# **fp8_noscale**, the same casts with every scale fixed at 1 (what fp8 does to the tensors
+# without scaling).
+
+# %%
+show_source(fp8_train.train_fp8)
+fp8_cmp = fp8_train.compare(("bf16", "fp8", "fp8_noscale"), preset=FP8_PRESET, steps=FP8_STEPS, batch=BATCH,
+                            lr=LR, device=DEVICE, data=fp8_data)
+fp8_plots.loss_curves(fp8_cmp.runs)
+
+# %%
+fp8_times = {m: r.median_step_s() for m, r in fp8_cmp.runs.items()}
+md(fp8_train.explain_loss(fp8_cmp) + "\n\n" + fp8_train.explain_speed(fp8_times, fp8_cmp.why["fp8"]) + "\n\n"
+   + fp8_train.explain_memory({m: r.saved_by_dtype for m, r in fp8_cmp.runs.items()}))
+
+# %% [markdown]
+# ### The scales over training, and the step they mattered
+#
+# Every fp8 layer recorded, at every step, each tensor's amax and the scale it was multiplied by.
+# The band is the smallest to the largest scale over the layers. The finder then looks for the step
+# where scaling mattered most: a tensor whose amax exceeded its format's largest value (it would
+# have overflowed), or else the one whose unscaled cast would have flushed the largest fraction of
+# its values to zero.
+
+# %%
+fp8_scales = fp8_train.scale_summary(fp8_cmp.histories["fp8"])
+fp8_finding = fp8_train.out_of_range(fp8_cmp.histories["fp8"])
+fp8_plots.scales_over_training(fp8_scales)
+
+# %%
+md(fp8_train.explain_scales(fp8_scales) + "\n\n" + fp8_train.explain_out_of_range(fp8_finding) + "\n\n"
+   + fp8_train.explain_noscale(fp8_cmp))
+
+# %% [markdown]
+# ### On an H200: fp8 tensor cores
+#
+# `course-kit bench fp8_train` trains the 0.34B-parameter TinyGPT both ways on the reference GPU,
+# where the matmuls run on fp8 tensor cores, then times one linear of each of the model's shapes to
+# see where the time goes: the fp8 matmul alone against bf16's, and the whole fp8 linear with its
+# casts.
+
+# %%
+fp8_ref = notebook.record("fp8_train")
+if fp8_ref is None:
+    fig = None
+else:
+    fp8_gpu = fp8_ref["environment"].get("gpu") or "reference GPU"
+    md(fp8_train.explain_record(fp8_ref["summary"], fp8_gpu))
+    fig = fp8_plots.loss_curves(fp8_ref["results"], title=f"Training loss on {fp8_gpu}: fp8 against bf16")
+fig
+
+# %%
+if fp8_ref is not None and fp8_ref.get("layer_times"):
+    md(fp8_train.explain_layer_times(fp8_ref["layer_times"]))
+    fig = fp8_plots.layer_times(fp8_ref["layer_times"], title=f"One linear of each shape on {fp8_gpu}")
+else:
+    fig = None
+fig
+
+# %%
+if fp8_ref is not None and "fp8" in (fp8_ref.get("histories") or {}):
+    h = fp8_ref["histories"]["fp8"]
+    md(fp8_train.explain_scales(h["scales"]) + "\n\n" + fp8_train.explain_out_of_range(h["out_of_range"]))
+    fig = fp8_plots.scales_over_training(h["scales"], title=f"Per-tensor scales over training on {fp8_gpu}")
+else:
+    fig = None
+fig
+
+# %% [markdown]
 # ## Exercise 02.rescue_scale: the smallest loss scale that rescues the logits' gradient
 #
 # Take the smoke TinyGPT with a wider vocabulary and longer rows, on the CPU, and its first batch of 16:

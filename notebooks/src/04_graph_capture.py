@@ -227,6 +227,122 @@ md(f"**What just happened.** On torch {dep['torch']}, TorchScript emitted "
            "features; prefer `torch.export` for new code."))
 
 # %% [markdown]
+# ## 6. A graph that ships: AOTInductor
+#
+# Sections 1-5 asked what each capture keeps. This one asks what capture is *for*. A server that
+# runs the model in Python pays, before its first answer, for importing torch and the model's code,
+# building the model, and (with `torch.compile`) compiling it on the first call. **AOTInductor**
+# moves the compiling ahead of time: `torch.export` gives the graph, and
+# `torch._inductor.aoti_compile_and_package` compiles it with Inductor's kernels (C++ on a CPU, Triton
+# on a GPU) plus a C++ wrapper that calls them, into one `.pt2` file holding a shared library and the
+# weights. `torch._inductor.aoti_load_package` loads it in another process (or from C++, with no
+# Python at all) and calls it: no model code, no tracing, no compiling at start-up.
+#
+# The module is the course TinyGPT's batch-1 **decode step** (one token in, logits out, the KV
+# cache written in place), the step notebook 05 captures in a CUDA graph. It exports whole: its
+# shapes are static and it never reads a tensor on the host.
+
+# %%
+from course_kit import notebook
+from course_kit.capture import aoti
+from course_kit.models import tiny_gpt
+from course_kit.plots import aoti as aoti_plots
+
+AOTI_DEVICE = P["device"]
+AOTI_PRESET = {"smoke": "smoke", "cpu": "cpu"}.get(P["size"], "small_gpu")
+# Compiling runs a C++ compiler on the generated code: from tens of seconds to minutes on a small
+# CPU. On a CPU it is off unless you set this to True (a compiled package is cached and reused).
+AOTI_COMPILE = AOTI_DEVICE == "cuda"
+show_source(aoti.DecodeStep)
+
+# %%
+aoti_model = tiny_gpt.TinyGPT.from_preset(AOTI_PRESET, seed=0, device=AOTI_DEVICE).eval()
+aoti_ep, aoti_export_s = aoti.export_decode(aoti_model)
+aoti_diff = aoti.check_export(aoti_model, aoti_ep, steps=4)
+md("**What just happened.** " + aoti.explain_export(aoti.graph_summary(aoti_ep), aoti_export_s, aoti_diff, 4))
+
+# %% [markdown]
+# Compiling it ahead of time. The package is named after what it holds (the graph's code, the
+# weights, the device, torch's version), so the same module compiles once per machine:
+
+# %%
+show_source(aoti.compile_package)
+aoti_path = aoti.cached_package(aoti_ep)
+if AOTI_COMPILE or aoti_path:
+    aoti_pkg = aoti.compile_package(aoti_ep)
+    aoti_path = aoti_pkg["path"]
+    md(f"The package: `{aoti_path.rsplit('/', 1)[-1]}`, {aoti_pkg['bytes'] / 2**20:.1f} MiB, "
+       + ("reused from the cache." if aoti_pkg["cached"] else f"compiled in {aoti_pkg['seconds']:.1f} s."))
+else:
+    md("Not compiled on this CPU (`AOTI_COMPILE = False`): the H200 record below has the package's "
+       "compile time, its cold start and its speed, on the GPU and on that machine's CPU.")
+
+# %% [markdown]
+# ### Cold start: three fresh processes
+#
+# Each peer starts in a new Python process, as a server would, and times its phases until the
+# first answer: importing torch; loading the package, or importing and building the model; the first
+# call (for `torch.compile`, with an empty Inductor cache, that call compiles). Each then times one
+# steady-state decode step and sends back its logits, which are checked against eager's here.
+
+# %%
+show_source(aoti.cold_start)
+aoti_cold = {}
+if AOTI_COMPILE:
+    for mode in ("aoti", "compile", "eager"):
+        r = aoti.cold_start(mode, preset=AOTI_PRESET, device=AOTI_DEVICE, package=aoti_path,
+                            threads=torch.get_num_threads())
+        want = aoti.eager_logits(aoti_model, 4)
+        assert float((r.pop("logits") - want).abs().max()) <= 1e-3 * float(want.abs().max()), mode
+        aoti_cold[mode] = r
+    md(aoti.explain_cold_start(aoti_cold, f"this machine ({AOTI_DEVICE})"))
+    fig = aoti_plots.cold_start(aoti_cold, title=f"Cold start on this machine ({AOTI_DEVICE})")
+else:
+    fig = None
+fig
+
+# %% [markdown]
+# ### On an H200 and its host's CPU
+#
+# `course-kit bench aoti` runs the same three fresh processes on the reference GPU (TinyGPT's
+# `small_gpu` preset: width 512, 8 layers) and on the same machine's CPU (the `cpu` preset).
+
+# %%
+aoti_ref = notebook.record("aoti")
+aoti_figs = []
+if aoti_ref is not None:
+    aoti_gpu = aoti_ref["environment"].get("gpu") or "reference GPU"
+    for row in aoti_ref["results"]:
+        if {"aoti", "compile"} <= set(row.get("cold", {})):
+            where = f"the {aoti_gpu}" if row["device"] == "cuda" else f"the CPU of the {aoti_gpu} machine"
+            md(f"**{row['preset']} preset, {where}:** package compiled in {row.get('compile_s', float('nan')):.1f} s. "
+               + aoti.explain_cold_start(row["cold"], where))
+            aoti_figs.append(aoti_plots.cold_start(row["cold"], title=f"Cold start on {where}"))
+    for key, err in (aoti_ref.get("errors") or {}).items():
+        md(f"Not recorded: `{key}`: {err}")
+aoti_figs[0] if aoti_figs else None
+
+# %%
+aoti_figs[1] if len(aoti_figs) > 1 else None
+
+# %% [markdown]
+# ### What AOTInductor refuses
+#
+# AOTInductor compiles what `torch.export` captured, so it starts where export stops. The gallery's
+# data-dependent branch (section 4c) goes down the same path:
+
+# %%
+show_source(aoti.refusal)
+aoti_no = aoti.refusal("data-dependent branch")
+from course_kit.capture.gallery import TRAPS, gallery_cell
+inherited = {t: gallery_cell(t, "export")["status"] for t in TRAPS}
+md(f"**What just happened.** The *{aoti_no['trap']}* was "
+   + (f"refused at {aoti_no['stage']}, before any compiling: `{aoti_no['error']}`" if aoti_no["refused"]
+      else "accepted by export") + ". "
+   + "Whatever export accepts, the package computes as export captured it, so the gallery's export column is "
+     "AOTInductor's too: " + "; ".join(f"*{t}*: {s}" for t, s in inherited.items()) + ".")
+
+# %% [markdown]
 # ## Exercise: make a function exportable
 #
 # `ClipOrScale` divides its input by the peak magnitude when the peak exceeds 1, and doubles it

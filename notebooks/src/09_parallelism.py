@@ -627,6 +627,106 @@ md("For Llama-2-70B with an 8k context at batch 1, NCCL's ring (memory in GiB):\
    + "\n".join(f"- {line}" for line in tp_model.explain_tradeoff(explorer.result, gpu_bytes)))
 
 # %% [markdown]
+# ## 9. Training: trading memory for time
+#
+# Sections 3-8 split a model over GPUs. A learner who *trains* meets three tools first, each of
+# which trades memory for time or communication, and which combine:
+#
+# - **sharded data parallelism** (FSDP2, `torch.distributed.fsdp.fully_shard`): ZeRO-3 as PyTorch
+#   ships it; each rank keeps 1/N of the weights, gradients and optimizer state, and gathers a
+#   block's weights just before it runs;
+# - **activation recomputation** (`torch.utils.checkpoint`): keep only each block's input and run
+#   its forward again in the backward pass;
+# - **gradient accumulation**: take a large batch's step in k micro-batches.
+#
+# Each is checked against what it replaces, and measured. Memory in MiB (2^20 bytes) here: the
+# course model is small.
+
+# %%
+from course_kit.parallel import accumulate, fsdp, recompute
+from course_kit.plots import train_parallel as tplots
+
+TRAIN_PRESET = {"smoke": "smoke", "cpu": "cpu"}.get(P["size"], "small_gpu")   # TinyGPT
+TRAIN_BATCH = {"smoke": 8, "cpu": 4}.get(P["size"], 8)
+TRAIN_MICROS = tuple(k for k in (1, 2, 4, 8) if TRAIN_BATCH % k == 0)
+TRAIN_DEVICE = P["device"]
+show_source(fsdp.shard)
+
+# %% [markdown]
+# ### FSDP2 against plain data parallelism
+#
+# `fully_shard` turns every parameter into a DTensor sharded on its first dimension. Wrapping each
+# block, then the root, gives one all-gather per block before its forward (and again before its
+# backward), after which the block's full weights are freed, and one reduce-scatter of its
+# gradients: each rank keeps the averaged gradient of its own shard, and AdamW, which sees only the
+# shards, keeps only their state. Trained side by side with §3's plain DP on each rank's slice of
+# the same batches, the two must end with the same parameters:
+
+# %%
+show_source(fsdp.check_fsdp)
+fs = launcher.launch(fsdp.check_fsdp, WORLD, backend="gloo", steps=3)
+md("**What just happened.** " + fsdp.explain_fsdp(fs[0]))
+tplots.fsdp_bytes(fs[0])
+
+# %%
+fsdp_ref = notebook.record("train_parallel", "h200x2")
+if fsdp_ref is None or not fsdp_ref.get("fsdp"):
+    md(f"**{fsdp.PENDING}.** `measure_fsdp` is ready for it: FSDP2 against DDP over NCCL, one GPU per "
+       f"rank, step time and peak memory (`course-kit bench train_parallel` on a machine with 2 GPUs).")
+else:
+    md(fsdp.explain_nccl(fsdp_ref["fsdp"][0]))
+
+# %% [markdown]
+# ### Activation recomputation
+#
+# A training step keeps, for the backward pass, the activations each operation needs for its
+# gradient. Korthikanti et al. (2023, §4.1; §4's table in `parallel.sequence`) count them per
+# transformer layer: $34\,sbh + 5as^2b$ bytes with 16-bit values ($s$ sequence, $b$ batch, $h$
+# width, $a$ heads). The course model has no dropout (2 of the 34 are dropout masks) and its
+# attention keeps no scores, so a layer keeps 16 values per $sbh$. With a checkpoint around each of
+# the $L$ blocks it keeps only the block's input, 1 value per $sbh$, and recomputes one block at a
+# time in the backward pass: $L\,sbh + 16\,sbh$ values instead of $16\,L\,sbh$, for one more forward
+# pass per step.
+
+# %%
+show_source(recompute.enable)
+show_source(recompute.activation_formula)
+
+# %%
+rc = recompute.check_grads("smoke")          # on the CPU, where kernels are deterministic
+rc_plain = recompute.measure(TRAIN_PRESET, TRAIN_BATCH, recompute=False, device=TRAIN_DEVICE, repeat=7)
+rc_with = recompute.measure(TRAIN_PRESET, TRAIN_BATCH, recompute=True, device=TRAIN_DEVICE, repeat=7)
+md("**What just happened.** " + recompute.explain_grads(rc) + " " + recompute.explain_recompute(rc_plain, rc_with))
+tplots.recompute(rc_plain, rc_with)
+
+# %% [markdown]
+# ### Gradient accumulation
+#
+# A batch's loss is the mean over its tokens. Cut the batch into k equal micro-batches, backpropagate
+# each one's loss divided by k, and `.grad` adds up to the whole batch's gradient: one optimizer step
+# afterwards is the large batch's step, with one micro-batch's activations alive at a time.
+
+# %%
+show_source(accumulate.accumulate_grads)
+acc_check = accumulate.check_accumulation("smoke", batch=8, micro=4, steps=2)
+acc_rows = accumulate.cost(TRAIN_PRESET, TRAIN_BATCH, TRAIN_MICROS, device=TRAIN_DEVICE, repeat=7)
+md("**What just happened.** " + accumulate.explain_accumulation(acc_rows, acc_check))
+tplots.accumulation(acc_rows)
+
+# %%
+train_ref = notebook.record("train_parallel")
+if train_ref is not None and train_ref["recompute"].get("with") and train_ref["recompute"].get("without"):
+    tr_gpu = train_ref["environment"].get("gpu") or "reference GPU"
+    md(f"**On the {tr_gpu}** ({train_ref['params']['preset']} preset, batch {train_ref['params']['batch']}): "
+       + recompute.explain_recompute(train_ref["recompute"]["without"], train_ref["recompute"]["with"])
+       + ("\n\n" + accumulate.explain_accumulation(train_ref["accumulation"]) if train_ref.get("accumulation") else ""))
+    fig = tplots.recompute(train_ref["recompute"]["without"], train_ref["recompute"]["with"],
+                           title=f"Activation recomputation on {tr_gpu}")
+else:
+    fig = None
+fig
+
+# %% [markdown]
 # ## Exercise 09.column_backward: the backward pass of a column-parallel linear
 #
 # §4 showed the row-parallel linear's code; the column-parallel one, `y_r = x W_r^T + b_r` on rank
