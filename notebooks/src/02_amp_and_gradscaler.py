@@ -554,6 +554,8 @@ grading.check("02.unscale_clip_hidden", unscale_and_clip)
 #   can underflow without a scaler, like the activation gradients.
 # - A step's peak memory is weights + gradients + optimizer state, which autocast does not shrink, plus
 #   activations and 16-bit weight copies, which it changes: a memory snapshot shows each.
+# - fp8 training takes loss scaling one format further: e4m3 for inputs and weights, e5m2 for
+#   gradients, one scale per tensor from its own amax; section 7 measured what it cost and rescued.
 #
 # **Further reading**
 # - P. Micikevicius et al., *Mixed Precision Training*, ICLR 2018 (loss scaling).
@@ -561,6 +563,7 @@ grading.check("02.unscale_clip_hidden", unscale_and_clip)
 #   Mixed Precision examples* (GradScaler with gradient clipping, accumulation, several optimizers).
 # - D. Kalamkar et al., *A Study of BFLOAT16 for Deep Learning Training*, 2019.
 # - NVIDIA, *Train With Mixed Precision* (user guide).
+# - P. Micikevicius et al., *FP8 Formats for Deep Learning*, 2022 (e4m3 and e5m2, per-tensor scaling).
 # - PyTorch documentation, *Understanding CUDA Memory Usage* (`torch.cuda.memory._record_memory_history`,
 #   `_dump_snapshot`, and the viewer at pytorch.org/memory_viz).
 #

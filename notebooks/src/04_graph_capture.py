@@ -429,10 +429,15 @@ course_kit.grading.check("04.silent_trap_hidden", CAUSE)
 # - `torch.export` gives an ATen-level graph with symbolic shapes and guards, saved as `.pt2`. It
 #   refuses what it can't prove: fix data-dependent branches with `torch.cond` and declare dynamic
 #   dimensions with `Dim` (derived dims such as `2 * Dim("half")` when the code needs them).
+# - What capture is for: an exported graph compiled ahead of time (AOTInductor) ships as one `.pt2`
+#   file and runs in a fresh process without Python's tracing or compiling; section 6 timed its cold
+#   start against `torch.compile`'s first call.
 #
 # **Further reading**
 # - PyTorch documentation: *torch.export* (the programming model, dynamic shapes, `torch.cond`).
 # - PyTorch documentation: *torch.fx* (symbolic tracing and its limitations).
+# - PyTorch documentation: *AOTInductor: Ahead-Of-Time Compilation for Torch.Export-ed Models*
+#   (`aoti_compile_and_package`, `aoti_load_package`).
 # - PyTorch documentation: *TorchScript* (`torch.jit.trace`, `torch.jit.script`) and its status notes.
 # - Reed et al., "torch.fx: Practical Program Capture and Transformation for Deep Learning in Python", MLSys 2022.
 # - Ansel et al., "PyTorch 2: Faster Machine Learning Through Dynamic Python Bytecode Transformation

@@ -829,6 +829,10 @@ grading.check("09.interleaved_bubble_hidden", WHY)
 # - Expert parallelism moves tokens to experts with two all-to-alls; context parallelism moves K/V
 #   blocks around a ring and merges with the online softmax.
 # - The alpha-beta model and bus bandwidth say what each collective costs on the link at hand.
+# - Training trades memory for time three ways: FSDP2 shards parameters, gradients and optimizer
+#   state (ZeRO-3) and gathers each block's weights when it runs; recomputation keeps a block's input
+#   and recomputes its activations in the backward pass; gradient accumulation runs a large batch as
+#   several small ones, with the same gradient.
 #
 # **Further reading**
 # - M. Shoeybi et al., *Megatron-LM: Training Multi-Billion Parameter Language Models Using Model
@@ -841,6 +845,8 @@ grading.check("09.interleaved_bubble_hidden", WHY)
 # - Y. Huang et al., *GPipe: Efficient Training of Giant Neural Networks using Pipeline Parallelism*
 #   (NeurIPS 2019).
 # - S. Li et al., *PyTorch Distributed: Experiences on Accelerating Data Parallel Training* (VLDB 2020).
+# - PyTorch documentation: *FSDP2* (`torch.distributed.fsdp.fully_shard`) and *torch.utils.checkpoint*;
+#   T. Chen et al., *Training Deep Nets with Sublinear Memory Cost* (2016), for recomputation.
 # - D. Lepikhin et al., *GShard* (2020) and W. Fedus et al., *Switch Transformers* (2021), for MoE.
 # - H. Liu et al., *Ring Attention with Blockwise Transformers for Near-Infinite Context* (2023).
 # - NVIDIA, *nccl-tests* `doc/PERFORMANCE.md`, for algorithm and bus bandwidth.
