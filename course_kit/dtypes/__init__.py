@@ -13,6 +13,8 @@ Modules:
     explain         Notebook 01's "what just happened" sentences, computed from the formats' limits and ...
     quant           int8 and int4 quantisation: symmetric or asymmetric scales, per tensor or per channel.
     woq             Weight-only quantisation in practice: int8 and int4 weights, bf16 activations ...
+    woq_roofline    Where weight-only quantisation pays: a weight-only product under notebook 00's roofline.
+    woq_explain     Notebook 01 §7's words on weight-only decode, computed from a bench woq record.
 """
 from . import ops
 from .formats import FORMAT_NAMES, FORMATS, Format, get_format
