@@ -225,6 +225,21 @@ def crossing(results: list[dict], ceilings: dict, group_size: int) -> dict:
     return out
 
 
+def live_record(n: int, k: int, ms: list[int], device: str | None = None, group_size: int = 128,
+                repeat: int = 5, copy_mib: int = 64, matmul_n: int = 512) -> dict:
+    """A small record of this machine for the lesson's widget where no bench woq record of it exists:
+    its ceilings (as notebook 00 measures them) and one random n x k weight through torch's peers at
+    each M, with its crossings. Seconds on a CPU."""
+    dev = device or device_info.default_device()
+    dtype = device_info.compute_dtype() if dev == "cuda" else torch.float32
+    ceilings = _ceilings({"copy_mib": copy_mib, "matmul_n": matmul_n}, dev, dtype)
+    w = (torch.randn(n, k, generator=torch.Generator().manual_seed(0)) * 0.02).to(dev)
+    results = [{"kind": "peer", **r} for r in measure.peers_for({f"{n}x{k} weight": w}, ms, dev, repeat, group_size)]
+    summary = {**ceilings, "crossing": crossing(results, ceilings, group_size)}
+    return {"topic": "woq", "environment": bench.environment(), "params": {"group_size": group_size, "device": dev},
+            "results": results, "summary": summary}
+
+
 def _ratio(summary_rows: dict, model: str, fmt: str) -> float | None:
     a, b = summary_rows.get((model, "bf16")), summary_rows.get((model, fmt))
     return b["tokens_per_s"] / a["tokens_per_s"] if a and b else None

@@ -172,15 +172,21 @@ def peer_case(fmt: str, w: torch.Tensor, device: str, group_size: int):
 
 
 def peers(model, ms: list[int], device: str, repeat: int, group_size: int) -> list[dict]:
-    """The products' shapes through torch's peers (bf16 linear, int8 dequantise-then-matmul, int4
-    tinygemm) at each M: checked at the smallest M against the dequantised weights, then timed."""
+    """The step's product shapes (layer 0 and the head) through torch's peers at each M."""
+    weights = {f"{model.config.name} {kind}": model_weight(model, kind) for kind in KINDS}
+    return peers_for(weights, ms, device, repeat, group_size)
+
+
+def peers_for(weights: dict[str, torch.Tensor], ms: list[int], device: str, repeat: int, group_size: int) -> list[dict]:
+    """Each weight (by shape name, "<model> <product>") through torch's peers (bf16 linear, int8
+    dequantise-then-matmul, int4 tinygemm) at each M: checked at the smallest M against the
+    dequantised weights, then timed."""
     rows, g = [], torch.Generator(device="cpu").manual_seed(4)
-    for kind in KINDS:
-        w = model_weight(model, kind).to(torch.bfloat16)      # the peers take bf16 activations
-        shape = f"{model.config.name} {kind}"
+    for shape, weight in weights.items():
+        w = weight.to(torch.bfloat16)                 # the peers take bf16 activations
+        model, kind = shape.rsplit(" ", 1)
         for fmt in ("bf16", "int8", "int4"):
-            base = {"model": model.config.name, "product": kind, "shape": shape, "format": fmt,
-                    "n": w.shape[0], "k": w.shape[1]}
+            base = {"model": model, "product": kind, "shape": shape, "format": fmt, "n": w.shape[0], "k": w.shape[1]}
             try:
                 fn, kernel, deq = peer_case(fmt, w, device, group_size)
                 if fn is None:

@@ -186,6 +186,45 @@ def dequantised_model(model: llama.Transformer, weights: str, group_size: int = 
     return twin
 
 
+# ----------------------------------------------------------------------------- the lesson's live runs
+
+def packed_products(n: int, k: int, device: str, dtype: torch.dtype, group_size: int = 128, seed: int = 0) -> list[dict]:
+    """Notebook 01 §7's live check: a random n x k weight (scaled as the course models draw theirs) in
+    int8 and int4, one row of activations through the fused kernels (Triton's interpreter on a CPU),
+    each against the fp32 matmul of its dequantised weights. Rows for woq_explain.explain_packed."""
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn(n, k, generator=g) * 0.02).to(device)
+    x = torch.randn(1, k, generator=g).to(device=device, dtype=dtype)
+    rows = []
+    for fmt in FORMATS:
+        qw = quantise(w, fmt, group_size)
+        y = woq_gemv(qw, x)
+        want = x.float() @ dequantise(qw).T
+        rows.append({"format": fmt, "n": n, "k": k, "group_size": group_size, "bytes": qw.nbytes,
+                     "dense_bytes": n * k * torch.empty((), dtype=dtype).element_size(),
+                     "dense_dtype": str(dtype).replace("torch.", ""),
+                     "rel_error": ((y.float() - want).abs().max() / want.abs().max()).item()})
+    return rows
+
+
+def quality_live(model: llama.Transformer, positions: int, group_size: int = 128) -> tuple[dict, str]:
+    """int8 and int4 against the unquantised step on `model`'s weights, teacher-forced over
+    `positions`: on a GPU the Triton steps themselves; on a CPU their oracle (the model with the
+    dequantised weights, run eagerly: the kernels' numbers, tests/test_woq_decode.py), since the
+    interpreter would take minutes. Returns ({format: compare_steps(...)}, which path ran)."""
+    dev, dtype, cfg = model.tok_embeddings.weight.device, model.tok_embeddings.weight.dtype, model.config
+    gpu = dev.type == "cuda"
+    ref = TritonDecodeStep(model) if gpu else model.decode
+    out = {}
+    for fmt in FORMATS:
+        cand = QuantisedDecodeStep(model, fmt, group_size) if gpu else dequantised_model(model, fmt, group_size).decode
+        out[fmt] = compare_steps(ref, cand, cfg, positions, dtype, dev)
+    how = ("the Triton decode steps themselves ran, on this GPU" if gpu else
+           "this CPU ran their oracle, the model with the dequantised weights, eagerly (the fused kernels compute "
+           "the same numbers; Triton's interpreter would take minutes)")
+    return out, how
+
+
 # ----------------------------------------------------------------------------- where int4 runs
 
 def int4_path(device: str | torch.device) -> tuple[str, str | None]:

@@ -113,14 +113,15 @@ def explain_crossing(entry: dict, shape: str, ceilings: dict) -> str:
     return text
 
 
-def explain_error(quality: dict) -> str:
-    """What each format costs in quality, per model: greedy agreement with the bf16 step and max
-    |Δlogit|, beside the floor that rounding alone sets (the bf16 Triton step against eager)."""
+def explain_error(quality: dict, reference: str = "bf16") -> str:
+    """What each format costs in quality, per model: greedy agreement with the unquantised step
+    (`reference` names its dtype) and max |Δlogit|, beside the floor that rounding alone sets (the bf16
+    Triton step against eager), when the record has it."""
     if not quality:
         return "No quality comparison in this record."
     paras = []
     for model, q in quality.items():
-        parts = [f"{fmt} chose the bf16 step's token at **{q[fmt]['agreement']:.1%}** of {q[fmt]['positions']} positions "
+        parts = [f"{fmt} chose the {reference} step's token at **{q[fmt]['agreement']:.1%}** of {q[fmt]['positions']} positions "
                  f"(max |Δlogit| {q[fmt]['max_abs_dlogit']:.3g})" for fmt in ("int8", "int4") if fmt in q]
         text = f"**{model}:** " + "; ".join(parts) + "."
         floor = q.get("bf16_triton_vs_eager")
@@ -151,18 +152,40 @@ def _which_costs_more(q8: dict, q4: dict) -> str:
     return (f"{worse} costs more than {better}: its logits moved {max(d4, d8) / min(d4, d8):.1f}x further ({why}).")
 
 
+def explain_packed(rows: list[dict]) -> str:
+    """The live check of the fused products: each format's bytes against the unquantised weight's,
+    and its error against the fp32 matmul of its own dequantised weights.
+    rows: {"format", "bytes", "dense_bytes", "dense_dtype", "rel_error", "n", "k", "group_size"}."""
+    if not rows:
+        return "No product was run."
+    parts = []
+    for r in rows:
+        ratio = r["dense_bytes"] / r["bytes"]
+        words = f"{ratio:.2f}x fewer bytes than" if ratio > 1 else f"{1 / ratio:.2f}x more bytes than"
+        group = f", groups of {r['group_size']}" if r["format"] == "int4" else ""
+        parts.append(f"{r['format']}{group}: {r['bytes'] / 1e6:,.3f} MB of codes and scales, {words} the "
+                     f"{r['dense_dtype']} weights ({r['dense_bytes'] / 1e6:,.3f} MB); its product matches the fp32 "
+                     f"matmul of its dequantised weights to a relative error of {r['rel_error']:.1e}")
+    n, k = rows[0]["n"], rows[0]["k"]
+    return f"A {n:,} x {k:,} weight, one row of activations. " + "; ".join(parts) + "."
+
+
 def explain_point(point: dict) -> str:
     """The widget's line for one (shape, format, batch): bytes, the roofline's time and the measured one."""
     text = (f"{point['format']} at M = {point['m']}: {point['bytes'] / 1e6:,.2f} MB moved, "
             f"{point['flops'] / 1e9:,.2f} GFLOP; the roofline says at least {point['predicted_s'] * 1e6:,.1f} µs "
             f"({point['bound']}-bound).")
-    if point.get("measured_s"):
+    if point.get("measured_s") and point["measured_s"] >= point["predicted_s"]:
         text += (f" Recorded ({point['kernel']}): {point['measured_s'] * 1e6:,.1f} µs, "
                  f"{point['predicted_s'] / point['measured_s']:.0%} of the roofline's speed.")
+    elif point.get("measured_s"):
+        text += (f" Recorded ({point['kernel']}): {point['measured_s'] * 1e6:,.1f} µs, "
+                 f"{point['predicted_s'] / point['measured_s']:.1f}x quicker than the roofline allows: the ceilings "
+                 f"measured on this machine are below what this kernel reached, so here they bound nothing.")
     elif point.get("why_not"):
         text += f" Not recorded: {point['why_not']}."
     else:
         text += " No recorded time at this batch."
     if point.get("bf16_measured_s") and point.get("measured_s") and point["format"] != "bf16":
-        text += f" Against bf16 at the same M it ran {speed(point['measured_s'], point['bf16_measured_s'])} it."
+        text += f" It ran {speed(point['measured_s'], point['bf16_measured_s'])} bf16 at the same M."
     return text

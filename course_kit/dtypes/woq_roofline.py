@@ -36,53 +36,53 @@ def bytes_per_weight(fmt: str, group_size: int = 128, k: int | None = None) -> f
     raise ValueError(f"unknown format {fmt!r}; choose one of {FORMATS}")
 
 
-def _check(m: float, n: int, k: int, copy_gbs: float, peak_tflops: float) -> None:
+def _check(m: float, n: int, k: int, copy_gbs: float, matmul_tflops: float) -> None:
     if m < 1 or n < 1 or k < 1:
         raise ValueError(f"M, N and K must be >= 1, got M={m}, N={n}, K={k}")
-    if copy_gbs <= 0 or peak_tflops <= 0:
-        raise ValueError(f"the ceilings must be positive, got {copy_gbs} GB/s and {peak_tflops} TFLOP/s")
+    if copy_gbs <= 0 or matmul_tflops <= 0:
+        raise ValueError(f"the ceilings must be positive, got {copy_gbs} GB/s and {matmul_tflops} TFLOP/s")
 
 
-def predict(fmt: str, m: int, n: int, k: int, copy_gbs: float, peak_tflops: float, group_size: int = 128) -> dict:
+def predict(fmt: str, m: int, n: int, k: int, copy_gbs: float, matmul_tflops: float, group_size: int = 128) -> dict:
     """The roofline's shortest time for one weight-only product: bytes, FLOPs, both bounds, which one
     binds, and the time (seconds)."""
-    _check(m, n, k, copy_gbs, peak_tflops)
+    _check(m, n, k, copy_gbs, matmul_tflops)
     nbytes = n * k * bytes_per_weight(fmt, group_size, k) + 2.0 * m * (n + k)
     flops = 2.0 * m * n * k
-    memory_s, compute_s = nbytes / (copy_gbs * 1e9), flops / (peak_tflops * 1e12)
+    memory_s, compute_s = nbytes / (copy_gbs * 1e9), flops / (matmul_tflops * 1e12)
     return {"format": fmt, "m": m, "n": n, "k": k, "bytes": nbytes, "flops": flops, "memory_s": memory_s,
             "compute_s": compute_s, "time_s": max(memory_s, compute_s),
             "bound": "memory" if memory_s >= compute_s else "compute"}
 
 
-def compute_bound_batch(fmt: str, n: int, k: int, copy_gbs: float, peak_tflops: float, group_size: int = 128) -> float:
+def compute_bound_batch(fmt: str, n: int, k: int, copy_gbs: float, matmul_tflops: float, group_size: int = 128) -> float:
     """The batch M at which the product's two bounds are equal: below it memory-bound, above it
     compute-bound. Solves N K b + 2 M (N + K) = 2 M N K x (copy / peak) for M."""
-    _check(1, n, k, copy_gbs, peak_tflops)
-    ridge = peak_tflops * 1e12 / (copy_gbs * 1e9)          # FLOP per byte where the roofline bends
+    _check(1, n, k, copy_gbs, matmul_tflops)
+    ridge = matmul_tflops * 1e12 / (copy_gbs * 1e9)          # FLOP per byte where the roofline bends
     per_m = 2.0 * n * k / ridge - 2.0 * (n + k)             # bytes of compute time gained per row of M
     if per_m <= 0:
         return math.inf                                     # activations alone keep it memory-bound
     return n * k * bytes_per_weight(fmt, group_size, k) / per_m
 
 
-def crossings(n: int, k: int, copy_gbs: float, peak_tflops: float, group_size: int = 128) -> dict:
+def crossings(n: int, k: int, copy_gbs: float, matmul_tflops: float, group_size: int = 128) -> dict:
     """For each quantised format: the batch where it turns compute-bound (its advantage starts to
     shrink) and the batch where it stops paying against bf16 (bf16's own crossing, in the ideal)."""
-    bf16 = compute_bound_batch("bf16", n, k, copy_gbs, peak_tflops, group_size)
+    bf16 = compute_bound_batch("bf16", n, k, copy_gbs, matmul_tflops, group_size)
     out = {"bf16": {"compute_bound_from": bf16}}
     for fmt in ("int8", "int4"):
-        out[fmt] = {"compute_bound_from": compute_bound_batch(fmt, n, k, copy_gbs, peak_tflops, group_size),
+        out[fmt] = {"compute_bound_from": compute_bound_batch(fmt, n, k, copy_gbs, matmul_tflops, group_size),
                     "stops_paying_at": bf16,
-                    "speedup_at_batch_1": predict("bf16", 1, n, k, copy_gbs, peak_tflops, group_size)["time_s"]
-                    / predict(fmt, 1, n, k, copy_gbs, peak_tflops, group_size)["time_s"]}
+                    "speedup_at_batch_1": predict("bf16", 1, n, k, copy_gbs, matmul_tflops, group_size)["time_s"]
+                    / predict(fmt, 1, n, k, copy_gbs, matmul_tflops, group_size)["time_s"]}
     return out
 
 
-def curve(fmt: str, ms: list[int], n: int, k: int, copy_gbs: float, peak_tflops: float,
+def curve(fmt: str, ms: list[int], n: int, k: int, copy_gbs: float, matmul_tflops: float,
           group_size: int = 128) -> list[dict]:
     """predict() at each batch size in `ms`."""
-    return [predict(fmt, m, n, k, copy_gbs, peak_tflops, group_size) for m in ms]
+    return [predict(fmt, m, n, k, copy_gbs, matmul_tflops, group_size) for m in ms]
 
 
 def measured_stop(rows: list[dict], fmt: str, shape: str) -> dict:
