@@ -51,8 +51,10 @@ def test_measured_stop_both_ways():
     rows = [_peer("s", "bf16", m, t) for m, t in ((1, 20), (16, 22), (64, 40), (256, 120))]
     rows += [_peer("s", "int4", m, t) for m, t in ((1, 8), (16, 12), (64, 45), (256, 200))]
     rows += [_peer("s", "int8", m, t) for m, t in ((1, 30), (16, 40), (64, 80), (256, 300))]
-    assert R.measured_stop(rows, "int4", "s") == {"last_faster": 16, "first_slower": 64}
-    assert R.measured_stop(rows, "int8", "s") == {"last_faster": None, "first_slower": 1}
+    assert R.measured_stop(rows, "int4", "s") == {"faster_at": [1, 16], "slower_at": [64, 256], "last_faster": 16,
+                                                  "first_slower": 64}
+    int8 = R.measured_stop(rows, "int8", "s")
+    assert int8["faster_at"] == [] and int8["first_slower"] == 1
 
 
 def record(int8_tps=2100.0, int4_tps=3200.0, q8=(0.97, 0.08), q4=(0.80, 0.45), int8_products_us=None):
@@ -62,8 +64,10 @@ def record(int8_tps=2100.0, int4_tps=3200.0, q8=(0.97, 0.08), q4=(0.80, 0.45), i
         results.append({"kind": "runner", "model": "llama-1b", "format": fmt, "batch": 1, "n_layers": 16,
                         "tokens_per_s": tps, "ms_per_token": 1e3 / tps, "bytes_per_token": nbytes,
                         "fraction_of_copy": nbytes * tps / 1e9 / H200["copy_gbs"]})
-    us = {"bf16": (4, 3, 15, 8, 130), "int8": int8_products_us or (2.5, 2, 8, 4.5, 68), "int4": (1.6, 1.2, 4.5, 2.5, 36)}
-    shapes = {"wqkv": (3072, 2048), "wo": (2048, 2048), "w13": (16384, 2048), "w2": (2048, 8192), "head": (128256, 2048)}
+    us = {"bf16": (4, 3, 15, 8, 130), "int8": int8_products_us or (2.5, 2, 8, 4.5, 68),
+          "int4": (1.6, 1.2, 4.5, 2.5, 36)}
+    shapes = {"wqkv": (3072, 2048), "wo": (2048, 2048), "w13": (16384, 2048), "w2": (2048, 8192),
+              "head": (128256, 2048)}
     for fmt, times in us.items():
         per = {"bf16": 2.0, "int8": 1.0, "int4": 0.53}[fmt]
         for (kind, (n, k)), t in zip(shapes.items(), times):
@@ -106,6 +110,12 @@ def test_explain_gemv_and_crossing():
     assert "batch 1 is memory-bound" in c and "int4 turns compute-bound at M ≈" in c
     assert "torch's int4 (tinygemm) was faster than bf16 up to M = 16 and not from M = 64" in c
     assert "torch's int8 (dequantise, then matmul) was never faster than bf16, not even at M = 1" in c
+    ragged = {**rec["summary"]["crossing"]["llama-1b w13"], "measured": {
+        "int4": {"faster_at": [4], "slower_at": [1, 16]}, "int8": {"faster_at": [1, 4], "slower_at": []}}}
+    ragged["predicted"] = {f: dict(v, compute_bound_from=None) for f, v in ragged["predicted"].items()}
+    c = E.explain_crossing(ragged, "x", H200)     # a record read back from JSON: inf became None
+    assert "int4 turns compute-bound at no batch (it stays memory-bound)" in c
+    assert "was faster than bf16 at M = 4 and not at M = 1, 16" in c and "at every measured M, up to 4" in c
 
 
 def test_explain_error_names_the_costlier_format_both_ways():
@@ -129,7 +139,8 @@ def test_explain_packed_both_ways():
     row = {"format": "int4", "bytes": 0.27e6, "dense_bytes": 1.05e6, "dense_dtype": "bf16", "rel_error": 3e-7,
            "n": 1024, "k": 512, "group_size": 128}
     text = E.explain_packed([row])
-    assert "A 1,024 x 512 weight" in text and "int4, groups of 128" in text and "3.89x fewer bytes than the bf16" in text
+    assert "A 1,024 x 512 weight" in text and "int4, groups of 128" in text
+    assert "3.89x fewer bytes than the bf16" in text
     assert "relative error of 3.0e-07" in text
     tiny = E.explain_packed([{**row, "format": "int8", "bytes": 2.1e6}])
     assert "2.00x more bytes than" in tiny and "groups of" not in tiny
@@ -193,5 +204,11 @@ def test_figures_and_the_widgets_callbacks():
     assert "int4 at M = 64" in w.text.value and w.point["m"] == 64
     marked = [t for t in w.figure.data if t.name == "your choice"]
     assert marked and list(marked[0].x) == [64]
+    # a record read back from its JSON (infinite crossings stored as None) works the same
+    import json
+    from course_kit import bench
+    saved = json.loads(json.dumps(bench.jsonable(rec)))
+    saved["summary"]["crossing"]["llama-1b w13"]["predicted"]["bf16"]["compute_bound_from"] = None
+    assert "int4 at M = 1" in WoqExplorer(saved).text.value
     with pytest.raises(ValueError, match="batch 3 is not one of"):
         WoqExplorer(rec, m=3)

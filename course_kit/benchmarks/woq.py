@@ -262,8 +262,8 @@ def meets(summary: dict, results: list[dict]) -> dict:
             [r for r in products if r["format"] == fmt]
         if mine and summary.get("copy_gbs"):
             # the products of one layer and the head, back to back: their bytes over their time
-            out[f"gemv_fraction_of_copy_{fmt}"] = (sum(r["weight_bytes"] for r in mine) / sum(r["median_s"] for r in mine)
-                                                   / 1e9 / summary["copy_gbs"])
+            nbytes, secs = sum(r["weight_bytes"] for r in mine), sum(r["median_s"] for r in mine)
+            out[f"gemv_fraction_of_copy_{fmt}"] = nbytes / secs / 1e9 / summary["copy_gbs"]
     for model, q in (summary.get("quality") or {}).items():
         for fmt in W.FORMATS:
             if fmt in q:

@@ -197,11 +197,16 @@ def peers_for(weights: dict[str, torch.Tensor], ms: list[int], device: str, repe
                 del deq
                 if err > CHECK_TOLERANCE:
                     raise AssertionError(f"{kernel}: relative error {err:.3g} against its dequantised weights")
+                # copies of the weights past the L2 cache, each prepared as the peer takes it
+                copies = copies_for(w.numel() * w.element_size()) if device == "cuda" else 1
+                fns = [fn] + [peer_case(fmt, w.clone(), device, group_size)[0] for _ in range(copies - 1)]
                 for m in ms:
                     x = torch.randn(m, w.shape[1], generator=g).to(device=device, dtype=w.dtype)
-                    t = bench.timeit(lambda: fn(x), warmup=3, repeat=repeat, device=device)
+                    t = bench.timeit(lambda f: f(x), warmup=3, repeat=repeat, inputs=[(f,) for f in fns],
+                                     device=device)
                     rows.append({**base, "m": m, "kernel": kernel, "rel_error_vs_dequantised": err,
-                                 "median_s": t.median_s, "spread": t.spread})
+                                 "median_s": t.median_s, "spread": t.spread, "copies": copies})
+                del fns
             except Exception as err:  # noqa: BLE001 - recorded, the rest still run
                 rows += [{**base, "m": m, "error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
                          for m in ms]

@@ -188,7 +188,8 @@ def dequantised_model(model: llama.Transformer, weights: str, group_size: int = 
 
 # ----------------------------------------------------------------------------- the lesson's live runs
 
-def packed_products(n: int, k: int, device: str, dtype: torch.dtype, group_size: int = 128, seed: int = 0) -> list[dict]:
+def packed_products(n: int, k: int, device: str, dtype: torch.dtype, group_size: int = 128,
+                    seed: int = 0) -> list[dict]:
     """Notebook 01 §7's live check: a random n x k weight (scaled as the course models draw theirs) in
     int8 and int4, one row of activations through the fused kernels (Triton's interpreter on a CPU),
     each against the fp32 matmul of its dequantised weights. Rows for woq_explain.explain_packed."""

@@ -89,28 +89,40 @@ def explain_gemv(results: list[dict], copy_gbs: float | None, model: str = "llam
             f"step) read their bytes at " + ", ".join(parts) + f", against a copy bandwidth of {copy_gbs:,.0f} GB/s.")
 
 
+def _batch(m: float | None) -> str:
+    """A crossing batch as text; None or infinite: the product never turns compute-bound."""
+    return "no batch (it stays memory-bound)" if m is None or m == float("inf") else f"M ≈ {m:,.0f}"
+
+
 def explain_crossing(entry: dict, shape: str, ceilings: dict) -> str:
     """Where weight-only stops paying for one product shape: the roofline's batches, then the peers'."""
     p, n, k = entry["predicted"], entry["n"], entry["k"]
     text = (f"For {shape} ({n:,} x {k:,}) on this roofline (copy {ceilings['copy_gbs']:,.0f} GB/s, matmul "
-            f"{ceilings['matmul_tflops']:,.0f} TFLOP/s), batch 1 is memory-bound: int8 can be up to "
+            f"{ceilings['matmul_tflops']:,.3g} TFLOP/s), batch 1 is memory-bound: int8 can be up to "
             f"{p['int8']['speedup_at_batch_1']:.2f}x and int4 up to {p['int4']['speedup_at_batch_1']:.2f}x faster than "
-            f"bf16. int4 turns compute-bound at M ≈ {p['int4']['compute_bound_from']:,.0f}, int8 at M ≈ "
-            f"{p['int8']['compute_bound_from']:,.0f}, bf16 at M ≈ {p['bf16']['compute_bound_from']:,.0f}: between "
+            f"bf16. int4 turns compute-bound at {_batch(p['int4']['compute_bound_from'])}, int8 at "
+            f"{_batch(p['int8']['compute_bound_from'])}, bf16 at {_batch(p['bf16']['compute_bound_from'])}: between "
             f"a format's crossing and bf16's its advantage shrinks, and past bf16's it is gone.")
-    measured = []
-    for fmt, name in (("int8", "torch's int8 (dequantise, then matmul)"), ("int4", "torch's int4 (tinygemm)")):
-        m = entry.get("measured", {}).get(fmt) or {}
-        if m.get("last_faster") is None and m.get("first_slower") is not None:
-            measured.append(f"{name} was never faster than bf16, not even at M = {m['first_slower']}")
-        elif m.get("last_faster") is not None and m.get("first_slower") is None:
-            measured.append(f"{name} was faster than bf16 at every measured M, up to {m['last_faster']}")
-        elif m.get("last_faster") is not None:
-            measured.append(f"{name} was faster than bf16 up to M = {m['last_faster']} and not from M = "
-                            f"{m['first_slower']}")
+    peers = (("int8", "torch's int8 (dequantise, then matmul)"), ("int4", "torch's int4 (tinygemm)"))
+    measured = [_measured(name, entry.get("measured", {}).get(fmt) or {}) for fmt, name in peers]
+    measured = [m for m in measured if m]
     if measured:
         text += " Measured: " + "; ".join(measured) + "."
     return text
+
+
+def _measured(name: str, m: dict) -> str:
+    faster, slower = m.get("faster_at") or [], m.get("slower_at") or []
+    ms = lambda xs: ", ".join(str(x) for x in xs)  # noqa: E731
+    if not faster and not slower:
+        return ""
+    if not faster:
+        return f"{name} was never faster than bf16, not even at M = {min(slower)}"
+    if not slower:
+        return f"{name} was faster than bf16 at every measured M, up to {max(faster)}"
+    if max(faster) < min(slower):
+        return f"{name} was faster than bf16 up to M = {max(faster)} and not from M = {min(slower)}"
+    return f"{name} was faster than bf16 at M = {ms(faster)} and not at M = {ms(slower)}"
 
 
 def explain_error(quality: dict, reference: str = "bf16") -> str:
@@ -121,8 +133,9 @@ def explain_error(quality: dict, reference: str = "bf16") -> str:
         return "No quality comparison in this record."
     paras = []
     for model, q in quality.items():
-        parts = [f"{fmt} chose the {reference} step's token at **{q[fmt]['agreement']:.1%}** of {q[fmt]['positions']} positions "
-                 f"(max |Δlogit| {q[fmt]['max_abs_dlogit']:.3g})" for fmt in ("int8", "int4") if fmt in q]
+        parts = [f"{fmt} chose the {reference} step's token at **{q[fmt]['agreement']:.1%}** of "
+                 f"{q[fmt]['positions']} positions (max |Δlogit| {q[fmt]['max_abs_dlogit']:.3g})"
+                 for fmt in ("int8", "int4") if fmt in q]
         text = f"**{model}:** " + "; ".join(parts) + "."
         floor = q.get("bf16_triton_vs_eager")
         if floor:

@@ -55,7 +55,8 @@ def predict(fmt: str, m: int, n: int, k: int, copy_gbs: float, matmul_tflops: fl
             "bound": "memory" if memory_s >= compute_s else "compute"}
 
 
-def compute_bound_batch(fmt: str, n: int, k: int, copy_gbs: float, matmul_tflops: float, group_size: int = 128) -> float:
+def compute_bound_batch(fmt: str, n: int, k: int, copy_gbs: float, matmul_tflops: float,
+                        group_size: int = 128) -> float:
     """The batch M at which the product's two bounds are equal: below it memory-bound, above it
     compute-bound. Solves N K b + 2 M (N + K) = 2 M N K x (copy / peak) for M."""
     _check(1, n, k, copy_gbs, matmul_tflops)
@@ -86,15 +87,16 @@ def curve(fmt: str, ms: list[int], n: int, k: int, copy_gbs: float, matmul_tflop
 
 
 def measured_stop(rows: list[dict], fmt: str, shape: str) -> dict:
-    """From a record's peer rows of one shape: the largest measured M where `fmt` was faster than
-    bf16, and the smallest where it was not (None where every measured M says the same)."""
+    """From a record's peer rows of one shape: the measured batches where `fmt` was faster than bf16
+    and those where it was not, and the largest of the first and smallest of the second."""
     times = {}
     for r in rows:
         if r.get("shape") == shape and r.get("median_s"):
             times.setdefault(r["m"], {})[r["format"]] = r["median_s"]
     faster = [m for m, t in sorted(times.items()) if fmt in t and "bf16" in t and t[fmt] < t["bf16"]]
     slower = [m for m, t in sorted(times.items()) if fmt in t and "bf16" in t and t[fmt] >= t["bf16"]]
-    return {"last_faster": max(faster) if faster else None, "first_slower": min(slower) if slower else None}
+    return {"faster_at": faster, "slower_at": slower, "last_faster": max(faster) if faster else None,
+            "first_slower": min(slower) if slower else None}
 
 
 # ----------------------------------------------------------------------------- a record, read back

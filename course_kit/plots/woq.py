@@ -60,8 +60,8 @@ def crossing_figure(record: dict, shape: str, chosen: dict | None = None, ms: li
         if own is not None:
             fig.add_scatter(x=[1], y=[own["median_s"] * 1e6], mode="markers", name=f"{fmt}: course kernel",
                             legendgroup=fmt, marker=dict(symbol="star", size=14, color=COLOURS[fmt]))
-        turn = entry["predicted"][fmt]["compute_bound_from"]
-        if ms[0] <= turn < ms[-1]:
+        turn = entry["predicted"][fmt]["compute_bound_from"]      # None: never (stored inf)
+        if turn is not None and ms[0] <= turn < ms[-1]:
             fig.add_vline(x=turn, line=dict(color=COLOURS[fmt], dash="dot", width=1),
                           annotation_text=f"{fmt} compute-bound", annotation_textangle=-90,
                           annotation_font_color=COLOURS[fmt])
