@@ -99,6 +99,10 @@ def test_explain_decode_says_faster_and_whether_the_byte_ratio_was_kept():
     slower = E.explain_decode(record(int8_tps=1000.0)["results"])
     assert "1.29x slower than bf16" in slower
     assert E.explain_decode([]) == "No batch-1 decode in this record."
+    cpu = E.explain_decode([dict(r, dtype="fp32") for r in record()["results"]])
+    assert "fp32: **1,290 tokens/s**" in cpu and "1.63x faster than fp32" in cpu and "bf16" not in cpu
+    assert "at fp32 " in E.explain_gemv([dict(r, dtype="fp32") for r in record()["results"]], 4262.0)
+    assert E.dtype_label("torch.bfloat16") == "bf16" and E.dtype_label("float32") == "fp32"
 
 
 def test_explain_gemv_and_crossing():

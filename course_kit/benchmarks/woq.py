@@ -29,7 +29,7 @@ from .. import device as device_info
 from ..cuda_graphs.decode_kernels import constants, woq_gemv as W
 from ..cuda_graphs.quantised import compare_steps
 from ..dtypes import woq_roofline as R
-from ..dtypes.woq_explain import explain_decode, explain_error, explain_gemv
+from ..dtypes.woq_explain import dtype_label, explain_decode, explain_error, explain_gemv
 from ..models import llama
 from ..roofline.ceilings import copy_bandwidth, matmul_rate
 from . import woq_measure as measure
@@ -274,5 +274,5 @@ def meets(summary: dict, results: list[dict]) -> dict:
         **{k: (out.get(k) is not None and out[k] >= v) for k, v in TARGETS.items() if k != "gemv_fraction_of_copy"},
         "gemv_fraction_of_copy": all(g is not None and g >= TARGETS["gemv_fraction_of_copy"] for g in gemv)}
     out["explain"] = {"decode": explain_decode(results), "gemv": explain_gemv(results, summary.get("copy_gbs")),
-                      "error": explain_error(summary.get("quality") or {})}
+                      "error": explain_error(summary.get("quality") or {}, reference=dtype_label(summary.get("dtype")))}
     return out

@@ -227,6 +227,8 @@ def runner_row(model, fmt: str, spec: dict, device: str, copy_gbs: float, group_
     context = keys_attended(spec["prompt_len"])
     nbytes = (bf16_bytes_per_token(model, context) if weights is None else runner.decode.bytes_per_token(context))
     gbs = nbytes / t.median_s / 1e9
-    return ({"model": cfg.name, "format": fmt, "batch": 1, "n_layers": cfg.n_layers, "tokens_per_s": 1 / t.median_s,
+    dtype = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(model.tok_embeddings.weight.dtype, "fp32")
+    return ({"model": cfg.name, "format": fmt, "batch": 1, "dtype": dtype, "n_layers": cfg.n_layers,
+             "tokens_per_s": 1 / t.median_s,
              "ms_per_token": t.median_s * 1e3, "spread": t.spread, "bytes_per_token": nbytes, "gbs": gbs,
              "fraction_of_copy": gbs / copy_gbs, "pdl": runner.decode.pdl, "graphs": runner.use_graphs}, runner)

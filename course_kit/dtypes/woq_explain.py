@@ -13,6 +13,12 @@ from ..narrate import SAME_WITHIN, rate, speed
 FORMAT_WORDS = {"int8": "int8 (one scale per row)", "int4": "int4 (a scale and a zero per group)"}
 
 
+def dtype_label(name: str | None) -> str:
+    """'bf16', 'fp16' or 'fp32' for a record's dtype name ('bfloat16', 'torch.float16', ...)."""
+    key = str(name or "").replace("torch.", "")
+    return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(key, key or "bf16")
+
+
 def _runners(results: list[dict]) -> dict:
     return {(r["model"], r["format"]): r for r in results if r.get("kind") == "runner" and r.get("tokens_per_s")}
 
@@ -27,10 +33,14 @@ def products_time_per_token(results: list[dict], model: str, fmt: str, n_layers:
     return n_layers * (t["wqkv"] + t["wo"] + t["w13"] + t["w2"]) + t["head"]
 
 
+def _size(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.2f} GB" if nbytes >= 1e8 else f"{nbytes / 1e6:.2f} MB"
+
+
 def explain_decode(results: list[dict]) -> str:
     """Batch-1 decode per model: tokens/s and bytes per token of each format, each quantised format
-    against bf16, and whether it kept its byte ratio (with the time that did not shrink, when the
-    products were timed too)."""
+    against the unquantised step (bf16 on a GPU with bf16 tensor cores; its dtype is named), and
+    whether it kept its byte ratio (with the time that did not shrink, when the products were timed)."""
     runners = _runners(results)
     models = list(dict.fromkeys(m for m, f in runners if f == "bf16"))
     if not models:
@@ -38,28 +48,29 @@ def explain_decode(results: list[dict]) -> str:
     paras = []
     for model in models:
         b = runners[(model, "bf16")]
-        text = [f"**{model}, batch 1.** bf16: **{b['tokens_per_s']:,.0f} tokens/s**, reading "
-                f"{b['bytes_per_token'] / 1e9:.2f} GB per token at {b['fraction_of_copy']:.0%} of the copy bandwidth."]
+        dense = b.get("dtype", "bf16")
+        text = [f"**{model}, batch 1.** {dense}: **{b['tokens_per_s']:,.0f} tokens/s**, reading "
+                f"{_size(b['bytes_per_token'])} per token at {b['fraction_of_copy']:.0%} of the copy bandwidth."]
         for fmt in ("int8", "int4"):
             q = runners.get((model, fmt))
             if q is None:
                 continue
             speedup, fewer = q["tokens_per_s"] / b["tokens_per_s"], b["bytes_per_token"] / q["bytes_per_token"]
             text.append(f"{FORMAT_WORDS[fmt]}: **{q['tokens_per_s']:,.0f} tokens/s**, "
-                        f"{rate(q['tokens_per_s'], b['tokens_per_s'])} bf16; it reads {fewer:.2f}x fewer bytes "
-                        f"({q['bytes_per_token'] / 1e9:.2f} GB) at {q['fraction_of_copy']:.0%} of the copy bandwidth.")
-            text.append(_kept(model, fmt, speedup, fewer, q, b, results, q.get("n_layers")))
+                        f"{rate(q['tokens_per_s'], b['tokens_per_s'])} {dense}; it reads {fewer:.2f}x fewer bytes "
+                        f"({_size(q['bytes_per_token'])}) at {q['fraction_of_copy']:.0%} of the copy bandwidth.")
+            text.append(_kept(model, fmt, speedup, fewer, q, b, results, q.get("n_layers"), dense))
         paras.append(" ".join(t for t in text if t))
     return "\n\n".join(paras)
 
 
 def _kept(model: str, fmt: str, speedup: float, fewer: float, q: dict, b: dict, results: list[dict],
-          layers: int | None) -> str:
+          layers: int | None, dense: str = "bf16") -> str:
     """Whether the format kept its byte ratio in tokens/s, and if not, the time that did not shrink."""
     if speedup >= fewer * (1 - SAME_WITHIN):
         return f"The step's time followed its bytes: {fmt} kept the whole byte ratio."
     text = (f"In tokens/s {fmt} kept {speedup / fewer:.0%} of its byte ratio: its share of the copy bandwidth "
-            f"fell from bf16's {b['fraction_of_copy']:.0%} to {q['fraction_of_copy']:.0%}.")
+            f"fell from {dense}'s {b['fraction_of_copy']:.0%} to {q['fraction_of_copy']:.0%}.")
     prod = products_time_per_token(results, model, fmt, layers) if layers else None
     if prod is not None:
         rest = q["ms_per_token"] * 1e-3 - prod
@@ -79,12 +90,15 @@ def explain_gemv(results: list[dict], copy_gbs: float | None, model: str = "llam
     mine = [r for r in rows if r["model"] == model]
     if not mine or not copy_gbs:
         return "No products were timed in this record."
+    dense = next((r.get("dtype") for r in results if r.get("kind") == "runner" and r.get("model") == model
+                  and r.get("dtype")), "bf16")
     parts = []
     for fmt in ("bf16", "int8", "int4"):
         f = [r for r in mine if r["format"] == fmt]
         if f:
             nbytes, secs = sum(r["weight_bytes"] for r in f), sum(r["median_s"] for r in f)
-            parts.append(f"{fmt} {nbytes / secs / 1e9:,.0f} GB/s ({nbytes / secs / 1e9 / copy_gbs:.0%})")
+            label = dense if fmt == "bf16" else fmt
+            parts.append(f"{label} {nbytes / secs / 1e9:,.0f} GB/s ({nbytes / secs / 1e9 / copy_gbs:.0%})")
     return (f"{model}'s products at M = 1 (one layer's four and the logits, each launched back to back as in the "
             f"step) read their bytes at " + ", ".join(parts) + f", against a copy bandwidth of {copy_gbs:,.0f} GB/s.")
 
