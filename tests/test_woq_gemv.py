@@ -162,6 +162,23 @@ def test_bad_inputs_name_the_bad_value():
         W.pack_int4(torch.zeros(4, 48, dtype=torch.int32), torch.zeros(1, 4, 2), 32)
 
 
+def test_the_int4_product_compiles_for_hopper_with_one_lop3_per_code_and_no_conversion():
+    """The sm_90 build (on any machine; the interpreter cannot see it): llama-1b's MLP-down product in
+    int4 fits its registers without spilling, forms each weight with one mask-and-or (LOP3) per
+    multiply-add (FFMA), not two, and converts no integer to float (I2F runs at a quarter rate)."""
+    from pathlib import Path
+    from course_kit.cuda_graphs.decode_kernels.woq_hopper import _tool, compile_for_hopper
+    if not (Path(_tool("nvdisasm")).is_file() and Path(_tool("cuobjdump")).is_file()):
+        pytest.skip("this Triton ships no nvdisasm/cuobjdump")
+    got = compile_for_hopper("int4", 2048, 8192)
+    sass = got["sass"]
+    assert got["registers"] <= 255 and got["stack"] == 0, got
+    assert sass["FFMA"] >= 512 and sass["LOP3"] <= 1.0 * sass["FFMA"], sass   # 8 codes x 32 words x 2 copies
+    assert not any(op.startswith("I2F") for op in sass), sass
+    with pytest.raises(ValueError, match="fmt must be one of"):
+        compile_for_hopper("fp8")
+
+
 # ----------------------------------------------------------------------------- on the GPU
 
 @pytest.mark.gpu

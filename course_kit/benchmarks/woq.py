@@ -49,11 +49,13 @@ POSITIONS_8B = 128            # the 8B shape's quality run is shorter: its targe
 TARGETS = {"int8_vs_bf16_llama-1b": 1.6, "int4_vs_bf16_llama-1b": 2.4, "gemv_fraction_of_copy": 0.70,
            "int8_agreement_llama-1b": 0.95}
 # (programs per SM, bytes of codes per load, warps) tried on llama-1b's whole step, the packaged
-# default first: more bytes per program with more warps, and more, smaller programs. int4 gets the
-# third as well: its codes are half the bytes, so its programs finish sooner and their starts weigh more.
+# default first. int8: twice the bytes per program with twice the warps (its 16 KiB tile takes 128
+# registers a thread, so both keep 8-16 warps an SM). int4: its 16 KiB tile takes 170-220 registers
+# (sm_90 build, woq_hopper.py), 2-3 programs an SM; 8 KiB tiles take ~96, 5 programs an SM, with the
+# same rows per program or half of them.
 DEFAULT = {"PROGRAMS_PER_SM": W.PROGRAMS_PER_SM, "TILE_BYTES": W.TILE_BYTES, "NUM_WARPS": W.NUM_WARPS}
 SWEEP = {"int8": [DEFAULT, {"PROGRAMS_PER_SM": 2, "TILE_BYTES": 32768, "NUM_WARPS": 8}],
-         "int4": [DEFAULT, {"PROGRAMS_PER_SM": 2, "TILE_BYTES": 32768, "NUM_WARPS": 8},
+         "int4": [DEFAULT, {"PROGRAMS_PER_SM": 3, "TILE_BYTES": 8192, "NUM_WARPS": 4},
                   {"PROGRAMS_PER_SM": 6, "TILE_BYTES": 8192, "NUM_WARPS": 4}]}
 # Seconds a phase of the Llama-3-8B shape needs on the H200 (compiles included), so that a run that
 # has used its budget (spec["budget_s"]) skips what would not fit and says so, rather than overrun.

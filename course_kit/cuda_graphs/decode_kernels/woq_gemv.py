@@ -47,70 +47,100 @@ from .qkv_rope import rope_append_store  # noqa: E402
 from .woq_pack import (BITS, FORMATS, INT8_BLOCK, PLANES, QuantWeight, dequantise,  # noqa: E402,F401
                        pack_int4, pack_int8, quantise)
 
-PROGRAMS_PER_SM = 3       # as the bf16 product (gemv.PROGRAMS_PER_SM); the bench sweeps both
-TILE_BYTES = 16384        # bytes of codes per load: the bf16 product's 16 KiB
+# The exponent bits of 1.0 (int4: or-ed in) and those with bit 22, which flips an int8 code's sign bit
+# (int8: xor-ed in). Passed as kernel arguments, so that they sit in a register: a LOP3 instruction
+# takes one constant, and a mask with an immediate or-ed with a register is one LOP3, not two.
+MAGIC = {"int4": 0x3F800000, "int8": 0x3FC00000}
+PROGRAMS_PER_SM = 3       # as the bf16 product (gemv.PROGRAMS_PER_SM); bench woq sweeps these three
+TILE_BYTES = 16384        # bytes of codes per load: the bf16 product's 16 KiB. In the sm_90 build
+# (woq_hopper.py) an int8 tile takes 128 registers a thread (4 programs of 4 warps an SM, 64 KiB of
+# codes in flight), an int4 one 170-220 (2-3 programs, 32-48 KiB in flight); with 8 KiB tiles int4
+# takes ~96 (5 programs, 40 KiB). Which keeps the copy rate best is measured, on the whole step.
 NUM_WARPS = 4
 
 
 # ----------------------------------------------------------------------------- the kernels
 
 @triton.jit
-def _fold_codes(acc, w, sz, X, NORM_W, inv, col0, K, stride_x, ms, gi, wi, M: tl.constexpr, PROLOGUE: tl.constexpr,
-                DT: tl.constexpr, FMT: tl.constexpr, GROUP: tl.constexpr, W_G: tl.constexpr, NPLANES: tl.constexpr):
-    """acc[m, :] += this tile's codes [BLOCK_N, groups, W_G] times x, for every row m of x.
+def _x_run(X, NORM_W, inv_m, kk, K, stride_x, m, PROLOGUE: tl.constexpr, DT: tl.constexpr):
+    """Row m of x at columns kk (one contiguous run per group), in float32, formed as gemv._x_tile
+    forms it: the same roundings as the eager step (written out here, not called: Triton's
+    interpreter pays for every nested call, a GPU for none)."""
+    kmask = kk < K
+    if PROLOGUE == 2:    # SWIGLU: x holds [gate; up]
+        gate = tl.load(X + m * stride_x + kk, mask=kmask, other=0.0).to(tl.float32)
+        up = tl.load(X + m * stride_x + K + kk, mask=kmask, other=0.0).to(tl.float32)
+        act = (gate / (1.0 + tl.exp(-gate))).to(DT).to(tl.float32)
+        return (act * up).to(DT).to(tl.float32)
+    x = tl.load(X + m * stride_x + kk, mask=kmask, other=0.0).to(tl.float32)
+    if PROLOGUE == 1:    # NORM: weight * (x / rms(x)), rounded after each step
+        nw = tl.load(NORM_W + kk, mask=kmask, other=0.0).to(tl.float32)
+        x = ((x * inv_m).to(DT).to(tl.float32) * nw).to(DT).to(tl.float32)
+    return x
 
-    Plane p of the words becomes float32 in two integer operations: int4 -> 1 + q/16 (the code
-    shifted to mantissa bits 19-22, exponent 0 or-ed in), int8 -> 1 + (q + 128)/256 (bits 15-22,
-    its sign bit flipped by the xor that also sets the exponent). Its x, one contiguous run per
-    group, is formed as gemv._x_tile forms it (written out here: the interpreter pays for every
-    call of a helper in the loop, the GPU for none)."""
+
+@triton.jit
+def _fold_int4(acc, w, sz, X, NORM_W, inv, col0, K, stride_x, MAGIC, ms, gi, wi, M: tl.constexpr,
+               PROLOGUE: tl.constexpr, DT: tl.constexpr, GROUP: tl.constexpr, W_G: tl.constexpr):
+    """acc[m, :] += this tile's int4 codes [BLOCK_N, groups, W_G words] times x, for every row m.
+
+    Code p sits at bits 4p..4p+3 of its word. One shift by 15 - 4p (p even) puts codes p and p + 1
+    at bits 15-18 and 19-22; or-ed with the exponent bits of 1.0 (MAGIC, passed in a register so
+    that mask and or are one LOP3), they are the floats 1 + q/256 and 1 + q/16. Four shifts serve a
+    word's eight codes. The first multiplies 16 x (exact), so one accumulator holds
+    S = sum 16 (1 + q/256) x + (1 + q/16) x, and per group sum q x = 16 (S - sum (16 x_lo + x_hi))."""
     ks = gi[:, None] * GROUP + wi[None, :]          # each word's plane-0 column, from col0: [groups, W_G]
-    if FMT == 4:   # the group's scale and zero, bf16 halves of one word: 16 s and z - 24 s (docstring)
-        scale = (sz << 16).to(tl.float32, bitcast=True)
-        zero = (sz & -65536).to(tl.float32, bitcast=True)
-        a = 16.0 * scale
-        b = zero - 24.0 * scale
+    scale = (sz << 16).to(tl.float32, bitcast=True)  # bf16 scale (low half) and zero (high half) of a group
+    zero = (sz & -65536).to(tl.float32, bitcast=True)
     for m in tl.static_range(M):
         inv_m = tl.sum(tl.where(ms == m, inv, 0.0), 0)
         sfx = tl.zeros(w.shape, tl.float32)
-        sx = tl.zeros(ks.shape, tl.float32)
-        for p in tl.static_range(NPLANES):
-            kk = col0 + p * W_G + ks
-            kmask = kk < K
-            if PROLOGUE == 2:    # SWIGLU: x holds [gate; up]
-                gate = tl.load(X + m * stride_x + kk, mask=kmask, other=0.0).to(tl.float32)
-                up = tl.load(X + m * stride_x + K + kk, mask=kmask, other=0.0).to(tl.float32)
-                act = (gate / (1.0 + tl.exp(-gate))).to(DT).to(tl.float32)
-                xp = (act * up).to(DT).to(tl.float32)
+        one = tl.zeros(ks.shape, tl.float32)      # sum of 16 x_lo + x_hi: what the 1s of the floats add
+        sx = tl.zeros(ks.shape, tl.float32)       # sum of x
+        for j in tl.static_range(4):   # codes 2j (bits 15-18) and 2j + 1 (bits 19-22) after one shift
+            if j < 2:
+                v = w << (15 - 8 * j)
             else:
-                xp = tl.load(X + m * stride_x + kk, mask=kmask, other=0.0).to(tl.float32)
-                if PROLOGUE == 1:    # NORM: weight * (x / rms(x)), rounded after each step
-                    nw = tl.load(NORM_W + kk, mask=kmask, other=0.0).to(tl.float32)
-                    xp = ((xp * inv_m).to(DT).to(tl.float32) * nw).to(DT).to(tl.float32)
-            if FMT == 4:
-                SH4: tl.constexpr = 19 - 4 * p
-                if SH4 >= 0:
-                    f = ((w << SH4) & 0x780000) | 0x3F800000
-                else:
-                    f = ((w >> (-SH4)) & 0x780000) | 0x3F800000
-            else:
-                SH8: tl.constexpr = 15 - 8 * p
-                if SH8 >= 0:
-                    f = ((w << SH8) & 0x7F8000) ^ 0x3FC00000
-                else:
-                    f = ((w >> (-SH8)) & 0x7F8000) ^ 0x3FC00000
-            sfx += f.to(tl.float32, bitcast=True) * xp[None, :, :]
-            sx += xp
-        if FMT == 4:
-            part = tl.sum(a * tl.sum(sfx, 2) + b * tl.sum(sx, 1)[None, :], 1)
-        else:
-            part = 256.0 * tl.sum(tl.sum(sfx, 2), 1) - 384.0 * tl.sum(tl.sum(sx, 1), 0)
+                v = w >> (8 * j - 15)     # (arithmetic: the sign copies land above bit 22, masked off)
+            xl = 16.0 * _x_run(X, NORM_W, inv_m, col0 + (2 * j) * W_G + ks, K, stride_x, m, PROLOGUE, DT)
+            xh = _x_run(X, NORM_W, inv_m, col0 + (2 * j + 1) * W_G + ks, K, stride_x, m, PROLOGUE, DT)
+            sfx += ((v & 0x78000) | MAGIC).to(tl.float32, bitcast=True) * xl[None, :, :]
+            sfx += ((v & 0x780000) | MAGIC).to(tl.float32, bitcast=True) * xh[None, :, :]
+            one += xl + xh
+            sx += 0.0625 * xl + xh
+        qx = 16.0 * (tl.sum(sfx, 2) - tl.sum(one, 1)[None, :])                   # sum q x per group
+        part = tl.sum(scale * qx + (zero - 8.0 * scale) * tl.sum(sx, 1)[None, :], 1)
         acc += tl.where(ms[:, None] == m, part[None, :], 0.0)
     return acc
 
 
 @triton.jit
-def woq_rows(WQ, S, X, NORM_W, N, K, stride_w, stride_s, stride_x, eps, DT: tl.constexpr, M: tl.constexpr,
+def _fold_int8(acc, w, X, NORM_W, inv, col0, K, stride_x, MAGIC, ms, gi, wi, M: tl.constexpr,
+               PROLOGUE: tl.constexpr, DT: tl.constexpr, GROUP: tl.constexpr, W_G: tl.constexpr):
+    """acc[m, :] += this tile's int8 codes [BLOCK_N, blocks, W_G words] times x, before the row's scale.
+    Byte p, shifted to bits 15-22 and xor-ed with MAGIC (the exponent of 1.0 and the byte's sign
+    bit, in a register: mask and xor are one LOP3), is the float 1 + (q + 128)/256;
+    sum q x = 256 Sfx - 384 Sx."""
+    ks = gi[:, None] * GROUP + wi[None, :]
+    for m in tl.static_range(M):
+        inv_m = tl.sum(tl.where(ms == m, inv, 0.0), 0)
+        sfx = tl.zeros(w.shape, tl.float32)
+        sx = tl.zeros(ks.shape, tl.float32)
+        for p in tl.static_range(4):   # (the shifts are constants of the unrolled loop, written out)
+            xp = _x_run(X, NORM_W, inv_m, col0 + p * W_G + ks, K, stride_x, m, PROLOGUE, DT)
+            if p < 2:
+                f = ((w << (15 - 8 * p)) & 0x7F8000) ^ MAGIC
+            else:
+                f = ((w >> (8 * p - 15)) & 0x7F8000) ^ MAGIC
+            sfx += f.to(tl.float32, bitcast=True) * xp[None, :, :]
+            sx += xp
+        part = 256.0 * tl.sum(tl.sum(sfx, 2), 1) - 384.0 * tl.sum(tl.sum(sx, 1), 0)
+        acc += tl.where(ms[:, None] == m, part[None, :], 0.0)
+    return acc
+
+
+@triton.jit
+def woq_rows(WQ, S, X, NORM_W, N, K, stride_w, stride_s, stride_x, eps, MAGIC, DT: tl.constexpr, M: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, G_TILE: tl.constexpr, FMT: tl.constexpr,
              GROUP: tl.constexpr, PROLOGUE: tl.constexpr, PDL: tl.constexpr, PAIR_D: tl.constexpr = 0):
     """This program's BLOCK_N rows of prologue(x) @ W.T in float32 [BLOCK_M, BLOCK_N], and the rows:
@@ -149,15 +179,21 @@ def woq_rows(WQ, S, X, NORM_W, N, K, stride_w, stride_s, stride_x, eps, DT: tl.c
                 ss += xv * xv
             inv = tl.where(ms == m, tl.math.rsqrt(tl.sum(ss, 0) / K + eps), inv)
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    acc = _fold_codes(acc, w, sz, X, NORM_W, inv, 0, K, stride_x, ms, gi, wi, M, PROLOGUE, DT, FMT, GROUP, W_G,
-                      NPLANES)
+    if FMT == 4:
+        acc = _fold_int4(acc, w, sz, X, NORM_W, inv, 0, K, stride_x, MAGIC, ms, gi, wi, M, PROLOGUE, DT, GROUP, W_G)
+    else:
+        acc = _fold_int8(acc, w, X, NORM_W, inv, 0, K, stride_x, MAGIC, ms, gi, wi, M, PROLOGUE, DT, GROUP, W_G)
     for g0 in range(G_TILE, n_groups, G_TILE):
         gmask = (g0 + gi) < n_groups
         w = tl.load(w_ptrs + g0 * W_G, mask=rmask[:, None, None] & gmask[None, :, None], other=0)
         if FMT == 4:
             sz = tl.load(s_ptrs + g0, mask=rmask[:, None] & gmask[None, :], other=0)
-        acc = _fold_codes(acc, w, sz, X, NORM_W, inv, g0 * GROUP, K, stride_x, ms, gi, wi, M, PROLOGUE, DT, FMT,
-                          GROUP, W_G, NPLANES)
+        if FMT == 4:
+            acc = _fold_int4(acc, w, sz, X, NORM_W, inv, g0 * GROUP, K, stride_x, MAGIC, ms, gi, wi, M, PROLOGUE,
+                             DT, GROUP, W_G)
+        else:
+            acc = _fold_int8(acc, w, X, NORM_W, inv, g0 * GROUP, K, stride_x, MAGIC, ms, gi, wi, M, PROLOGUE, DT,
+                             GROUP, W_G)
     if FMT == 8:   # one scale per output row
         acc *= tl.load(S + rows, mask=rmask, other=0.0)[None, :]
     return acc, rows
@@ -165,13 +201,13 @@ def woq_rows(WQ, S, X, NORM_W, N, K, stride_w, stride_s, stride_x, eps, DT: tl.c
 
 @triton.jit
 def _woq_gemv_kernel(WQ, S, X, OUT, RES, NORM_W, VALS, IDX, N, K, stride_w, stride_s, stride_x, stride_o, stride_r,
-                     eps, stride_v, M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     eps, stride_v, MAGIC, M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      G_TILE: tl.constexpr, FMT: tl.constexpr, GROUP: tl.constexpr, PROLOGUE: tl.constexpr,
                      RESIDUAL: tl.constexpr, ARGMAX: tl.constexpr, SWIGLU_OUT: tl.constexpr, PDL: tl.constexpr):
     DT: tl.constexpr = OUT.dtype.element_ty
     ms = tl.arange(0, BLOCK_M)
     if SWIGLU_OUT:   # rows j and j + N/2 (gate and up) in one program; store silu(gate) * up [M, N/2]
-        acc, _ = woq_rows(WQ, S, X, NORM_W, N, K, stride_w, stride_s, stride_x, eps, DT, M, BLOCK_M, BLOCK_N,
+        acc, _ = woq_rows(WQ, S, X, NORM_W, N, K, stride_w, stride_s, stride_x, eps, MAGIC, DT, M, BLOCK_M, BLOCK_N,
                           G_TILE, FMT, GROUP, PROLOGUE, PDL, SWIGLU_OUT)
         gate, up = pair_halves(acc.to(DT).to(tl.float32), BLOCK_M, BLOCK_N)   # each rounded, as F.linear
         act = (gate / (1.0 + tl.exp(-gate))).to(DT).to(tl.float32)            # F.silu, rounded
@@ -179,7 +215,7 @@ def _woq_gemv_kernel(WQ, S, X, OUT, RES, NORM_W, VALS, IDX, N, K, stride_w, stri
         tl.store(OUT + ms[:, None] * stride_o + pair[None, :], (act * up).to(DT),
                  mask=(ms[:, None] < M) & (pair < N // 2)[None, :])
     else:
-        acc, rows = woq_rows(WQ, S, X, NORM_W, N, K, stride_w, stride_s, stride_x, eps, DT, M, BLOCK_M, BLOCK_N,
+        acc, rows = woq_rows(WQ, S, X, NORM_W, N, K, stride_w, stride_s, stride_x, eps, MAGIC, DT, M, BLOCK_M, BLOCK_N,
                              G_TILE, FMT, GROUP, PROLOGUE, PDL, 0)
         y = acc.to(DT)                                   # the product rounded, as F.linear rounds it
         omask = (ms[:, None] < M) & (rows < N)[None, :]
@@ -193,12 +229,12 @@ def _woq_gemv_kernel(WQ, S, X, OUT, RES, NORM_W, VALS, IDX, N, K, stride_w, stri
 
 @triton.jit
 def _woq_qkv_rope_kernel(WQ, S, X, NORM_W, POS, INV_FREQ, Q_OUT, K_CACHE, V_CACHE, N, K, stride_w, stride_s,
-                         stride_x, stride_qm, stride_cb, stride_ch, stride_cs, eps, H: tl.constexpr,
+                         stride_x, stride_qm, stride_cb, stride_ch, stride_cs, eps, MAGIC, H: tl.constexpr,
                          KV: tl.constexpr, D: tl.constexpr, M: tl.constexpr, BLOCK_M: tl.constexpr,
                          BLOCK_N: tl.constexpr, G_TILE: tl.constexpr, FMT: tl.constexpr, GROUP: tl.constexpr,
                          PDL: tl.constexpr):
     DT: tl.constexpr = Q_OUT.dtype.element_ty
-    acc, _ = woq_rows(WQ, S, X, NORM_W, N, K, stride_w, stride_s, stride_x, eps, DT, M, BLOCK_M, BLOCK_N, G_TILE,
+    acc, _ = woq_rows(WQ, S, X, NORM_W, N, K, stride_w, stride_s, stride_x, eps, MAGIC, DT, M, BLOCK_M, BLOCK_N, G_TILE,
                       FMT, GROUP, 1, PDL, D)
     rope_append_store(acc, POS, INV_FREQ, Q_OUT, K_CACHE, V_CACHE, N, stride_qm, stride_cb, stride_ch, stride_cs,
                       H, KV, D, M, BLOCK_M, BLOCK_N)
@@ -280,7 +316,7 @@ def woq_gemv(qw: QuantWeight, x: torch.Tensor, *, prologue: str = "plain", norm_
     _woq_gemv_kernel[(programs,)](
         qw.words, qw.scales, x, out, res, norm_weight if norm_weight is not None else x, vals, idx, n, k,
         qw.words.stride(0), qw.scales.stride(0), x.stride(0), out.stride(0), res.stride(0), eps, programs,
-        M=m, BLOCK_M=max(2, triton.next_power_of_2(m)), BLOCK_N=block_n, G_TILE=g_tile, FMT=BITS[qw.fmt],
+        MAGIC[qw.fmt], M=m, BLOCK_M=max(2, triton.next_power_of_2(m)), BLOCK_N=block_n, G_TILE=g_tile, FMT=BITS[qw.fmt],
         GROUP=qw.group_size, PROLOGUE=G.PROLOGUES[prologue], RESIDUAL=residual is not None,
         ARGMAX=argmax_into is not None, SWIGLU_OUT=n if swiglu_out else 0, PDL=pdl,
         num_warps=num_warps or NUM_WARPS, **({"launch_pdl": True} if pdl else {}))
@@ -312,7 +348,7 @@ def woq_qkv_rope(qw: QuantWeight, x: torch.Tensor, norm_weight: torch.Tensor, ep
     _woq_qkv_rope_kernel[(triton.cdiv(n, block_n),)](
         qw.words, qw.scales, x, norm_weight, positions, inv_freq, q, k_cache, v_cache, n, k, qw.words.stride(0),
         qw.scales.stride(0), x.stride(0), q.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), eps,
-        H=n_heads, KV=n_kv, D=d, M=m, BLOCK_M=max(2, triton.next_power_of_2(m)), BLOCK_N=block_n, G_TILE=g_tile,
+        MAGIC[qw.fmt], H=n_heads, KV=n_kv, D=d, M=m, BLOCK_M=max(2, triton.next_power_of_2(m)), BLOCK_N=block_n, G_TILE=g_tile,
         FMT=BITS[qw.fmt], GROUP=qw.group_size, PDL=pdl, num_warps=NUM_WARPS, **({"launch_pdl": True} if pdl else {}))
     return q
 
