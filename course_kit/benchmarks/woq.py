@@ -29,7 +29,7 @@ from .. import device as device_info
 from ..cuda_graphs.decode_kernels import constants, woq_gemv as W
 from ..cuda_graphs.quantised import compare_steps
 from ..dtypes import woq_roofline as R
-from ..dtypes.woq_explain import dtype_label, explain_decode, explain_error, explain_gemv
+from ..dtypes.woq_explain import dtype_label, explain_crossing, explain_decode, explain_error, explain_gemv
 from ..models import llama
 from ..roofline.ceilings import copy_bandwidth, matmul_rate
 from . import woq_measure as measure
@@ -127,6 +127,9 @@ def run(params: dict) -> dict:
         free()
     summary["crossing"] = _guard(summary, "crossing", lambda: crossing(results, ceilings, spec["group_size"]), log)
     summary.update(meets(summary, results))
+    shape = next((s for s in summary["crossing"] or {} if s.endswith(" w13")), None)
+    if shape is not None:
+        summary["explain"]["crossing"] = explain_crossing(summary["crossing"][shape], shape, ceilings)
     log("done")
     return {"params": {**spec, "dtype": dtype, "device": dev}, "results": results, "summary": summary}
 
