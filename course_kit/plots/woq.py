@@ -62,9 +62,9 @@ def crossing_figure(record: dict, shape: str, chosen: dict | None = None, ms: li
                             legendgroup=fmt, marker=dict(symbol="star", size=14, color=COLOURS[fmt]))
         turn = entry["predicted"][fmt]["compute_bound_from"]      # None: never (stored inf)
         if turn is not None and ms[0] <= turn < ms[-1]:
-            fig.add_vline(x=turn, line=dict(color=COLOURS[fmt], dash="dot", width=1),
-                          annotation_text=f"{fmt} compute-bound", annotation_textangle=-90,
-                          annotation_font_color=COLOURS[fmt])
+            fig.add_vline(x=turn, line=dict(color=COLOURS[fmt], dash="dot", width=1))
+    fig.add_scatter(x=[None], y=[None], mode="lines", line=dict(color="grey", dash="dot", width=1),
+                    name="dotted: compute-bound from here")
     if chosen is not None:
         fig.add_scatter(x=[chosen["m"]], y=[chosen["predicted_s"] * 1e6], mode="markers", name="your choice",
                         marker=dict(symbol="circle-open", size=18, color="black", line=dict(width=3)))
