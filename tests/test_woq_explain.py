@@ -116,9 +116,12 @@ def test_explain_gemv_and_crossing():
     assert "torch's int8 (dequantise, then matmul) was never faster than bf16, not even at M = 1" in c
     ragged = {**rec["summary"]["crossing"]["llama-1b w13"], "measured": {
         "int4": {"faster_at": [4], "slower_at": [1, 16]}, "int8": {"faster_at": [1, 4], "slower_at": []}}}
-    ragged["predicted"] = {f: dict(v, compute_bound_from=None) for f, v in ragged["predicted"].items()}
+    ragged["predicted"] = {**ragged["predicted"], "int4": dict(ragged["predicted"]["int4"], compute_bound_from=None)}
     c = E.explain_crossing(ragged, "x", H200)     # a record read back from JSON: inf became None
-    assert "int4 turns compute-bound at no batch (it stays memory-bound)" in c
+    assert "int4 turns compute-bound at no batch (it stays memory-bound)" in c and "past bf16's it is gone" in c
+    never = {**ragged, "predicted": {f: dict(v, compute_bound_from=None) for f, v in ragged["predicted"].items()}}
+    c2 = E.explain_crossing(never, "x", H200)
+    assert "keep every format memory-bound" in c2 and "past bf16's" not in c2
     assert "was faster than bf16 at M = 4 and not at M = 1, 16" in c and "at every measured M, up to 4" in c
 
 

@@ -115,8 +115,11 @@ def explain_crossing(entry: dict, shape: str, ceilings: dict) -> str:
             f"{ceilings['matmul_tflops']:,.3g} TFLOP/s), batch 1 is memory-bound: int8 can be up to "
             f"{p['int8']['speedup_at_batch_1']:.2f}x and int4 up to {p['int4']['speedup_at_batch_1']:.2f}x faster than "
             f"bf16. int4 turns compute-bound at {_batch(p['int4']['compute_bound_from'])}, int8 at "
-            f"{_batch(p['int8']['compute_bound_from'])}, bf16 at {_batch(p['bf16']['compute_bound_from'])}: between "
-            f"a format's crossing and bf16's its advantage shrinks, and past bf16's it is gone.")
+            f"{_batch(p['int8']['compute_bound_from'])}, bf16 at {_batch(p['bf16']['compute_bound_from'])}")
+    bf16 = p["bf16"]["compute_bound_from"]
+    text += (": at this shape the activations' own bytes keep every format memory-bound, so the roofline "
+             "keeps the byte ratio at every batch." if bf16 is None or bf16 == float("inf") else
+             ": between a format's crossing and bf16's its advantage shrinks, and past bf16's it is gone.")
     peers = (("int8", "torch's int8 (dequantise, then matmul)"), ("int4", "torch's int4 (tinygemm)"))
     measured = [_measured(name, entry.get("measured", {}).get(fmt) or {}) for fmt, name in peers]
     measured = [m for m in measured if m]
