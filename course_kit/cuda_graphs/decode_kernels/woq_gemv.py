@@ -9,13 +9,15 @@ The values are `dtypes/woq.py`'s (the ones torch's peers take); the codes sit in
 word's codes being columns far apart ("planes"), so that the activations each code multiplies are
 one contiguous run of x (`woq_pack.py`: the packing, and its inverse for the oracle).
 
-Forming a weight costs two integer operations and no int-to-float conversion (which runs at a
-quarter of the FMA rate and would cap an int4 kernel below the copy rate): a code shifted into the
-top of a float32 mantissa, with exponent bits or-ed in, *is* a float, 1 + q/16 for int4 (1 + (q +
-128)/256 for int8). The kernel sums those floats times x per group, Sfx, and the group's sum of x,
-Sx (the same for every row, so cheap), and the scales come in once per group:
+Forming a weight costs no int-to-float conversion (which runs at a quarter of the FMA rate and would
+cap an int4 kernel below the copy rate): a code moved into the top of a float32 mantissa, with the
+exponent bits of 1.0 or-ed in (one mask-and-or), *is* a float: 1 + q/16 at mantissa bits 19-22 and
+1 + q/256 at bits 15-18 (int4: one shift places two codes, so four shifts serve a word's eight),
+1 + (q + 128)/256 at bits 15-22 (int8, its sign bit flipped by the same instruction). The kernel sums
+those floats times x per group, and the group's x (the same for every row, so cheap), and the
+scales come in once per group:
 
-    int4:  sum_k w x = scale * sum q x + (zero - 8 scale) * Sx = 16 scale * Sfx + (zero - 24 scale) * Sx
+    int4:  sum_k w x = scale * sum q x + (zero - 8 scale) * Sx,   sum q x = 16 (S - sum (16 x_lo + x_hi))
     int8:  sum_k q x = 256 Sfx - 384 Sx,  then times the row's scale
 
 Tile shapes, and why (the bf16 product's reasoning, gemv.py, in bytes instead of weights): every SM
@@ -188,7 +190,6 @@ def woq_rows(WQ, S, X, NORM_W, N, K, stride_w, stride_s, stride_x, eps, MAGIC, D
         w = tl.load(w_ptrs + g0 * W_G, mask=rmask[:, None, None] & gmask[None, :, None], other=0)
         if FMT == 4:
             sz = tl.load(s_ptrs + g0, mask=rmask[:, None] & gmask[None, :], other=0)
-        if FMT == 4:
             acc = _fold_int4(acc, w, sz, X, NORM_W, inv, g0 * GROUP, K, stride_x, MAGIC, ms, gi, wi, M, PROLOGUE,
                              DT, GROUP, W_G)
         else:
