@@ -49,6 +49,19 @@ def test_product_is_the_fp32_matmul_of_the_dequantised_weights(fmt, gs, n, k, bl
     assert y.shape == (2, n) and _rel(y, x.double() @ deq.double().T) < 1e-5
 
 
+def test_the_same_weights_feed_torchs_own_weight_only_kernels():
+    """woq.py's (q, scales) go to torch's CPU kernels and, packed, to ours: the same products, up to
+    bf16 output rounding (and torch's bf16 int8 scales)."""
+    g = torch.Generator().manual_seed(8)
+    w, x = torch.randn(48, 256, generator=g) * 0.05, torch.randn(2, 256, generator=g).to(torch.bfloat16)
+    q4, sz = woq.quantize_int4(w, 64)
+    peer4, _ = woq.int4_weight_only_mm(x, woq.pack_int4(q4, "cpu"), sz, 64)
+    assert _rel(W.woq_gemv(W.pack_int4(q4, sz, 64), x, blocks=(16, 4)), peer4) < 2 * BF16_ULP
+    q8, s8 = woq.quantize_int8(w)
+    peer8, _ = woq.int8_weight_only_mm(x, q8, s8)
+    assert _rel(W.woq_gemv(W.pack_int8(q8, s8), x, blocks=(16, 2)), peer8) < 2 * BF16_ULP
+
+
 def test_one_wrong_code_or_scale_changes_the_result():
     """The check can fail: a code moved to another plane, or another group's scale, is seen."""
     qw, deq = _weights("int4", 16, 64, 32)
