@@ -9,6 +9,8 @@
     explain         where a decode step's time goes, worded from a `bench cuda_graphs` record
     decode_kernels  the batch-1 step rewritten as Triton kernels (section "Fewer, wider
                     kernels"); tensor parallelism (notebook 09) runs them on its shards
+    quantised       that step on int8 or int4 weights (`QuantisedDecodeStep`, DecodeGraphRunner's
+                    weights=...), its quality against bf16, and where int4 runs (notebook 01 §7)
 
 Widget `widgets/cuda_graphs.py`, figures `plots/cuda_graphs.py`, record `course-kit bench
 cuda_graphs` (`benchmarks/cuda_graphs.py`), checks `grading/checks/nb05.py`.

@@ -133,7 +133,9 @@ class DecodeGraphRunner:
     fuse=True first compiles each block with Inductor (`fuse_layers`; a string names another
     torch.compile backend), so the graph replays fused kernels. kernels="triton" replaces the
     model's decode with `decode_kernels.TritonDecodeStep`, a few hand-fused Triton kernels a layer
-    (pdl: launch them with programmatic dependent launch; None = where the GPU supports it).
+    (pdl: launch them with programmatic dependent launch; None = where the GPU supports it);
+    with weights="int8" or "int4" as well, its products read quantised weights (`quantised.py`,
+    int4 in groups of `group_size`), and the prompt is run through that step too.
     On a CPU the step runs eagerly (`use_graphs` False; Triton kernels through the interpreter).
     Static state: the KV cache, the input buffers `tokens`/`positions`, the sampling noise, the
     output `next_tokens`. `step()` copies a batch into the buffers (padding it to a captured
@@ -143,7 +145,8 @@ class DecodeGraphRunner:
     def __init__(self, model: llama.Transformer, max_batch: int = 8, max_seq: int = 512,
                  sizes: Sequence[int] | None = None, *, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int = 0, use_graphs: bool | None = None, fuse: bool | str = False,
-                 kernels: str = "torch", pdl: bool | None = None, verbose: bool = True):
+                 kernels: str = "torch", pdl: bool | None = None, verbose: bool = True,
+                 weights: str | None = None, group_size: int = 128):
         weight = model.tok_embeddings.weight
         self.model, self.device = model, weight.device
         self.sizes = sorted(sizes or capture_sizes(max_batch))
@@ -159,6 +162,8 @@ class DecodeGraphRunner:
             raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
         if fuse and kernels != "torch":
             raise ValueError("fuse compiles the model's own layers; kernels='triton' replaces them: choose one")
+        if weights is not None and kernels != "triton":
+            raise ValueError(f"weights={weights!r} runs on the Triton step: pass kernels='triton'")
         if kernels == "triton":
             from .decode_kernels.gemv import MAX_ROWS
             if self.sizes[-1] > MAX_ROWS:
@@ -173,9 +178,13 @@ class DecodeGraphRunner:
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.kernels, self.decode = kernels, model.decode
-        if kernels == "triton":
+        if kernels == "triton" and weights is None:
             from .decode_kernels.step import TritonDecodeStep
             self.decode = TritonDecodeStep(model, pdl=pdl)
+        elif kernels == "triton":   # int8 or int4 weights (quantised.py); its prompt runs on them too
+            from .quantised import QuantisedDecodeStep
+            self.decode = QuantisedDecodeStep(model, weights, group_size, pdl=pdl)
+        self.weights = weights
         self.fused = bool(fuse)
         if fuse:
             fuse_layers(model, backend=fuse if isinstance(fuse, str) else "inductor")
@@ -233,7 +242,8 @@ class DecodeGraphRunner:
         for i, p in enumerate(prompts):
             padded[i, :len(p)] = torch.tensor(p, device=self.device)
         with _eager_only(self.fused):  # prefill shapes vary: do not compile a layer for each
-            logits = self.model.prefill(padded, cache)[torch.arange(B, device=self.device), lens - 1]
+            prefill = self.decode.prefill if self.weights is not None else self.model.prefill
+            logits = prefill(padded, cache)[torch.arange(B, device=self.device), lens - 1]
         noise = torch.rand(logits.shape, generator=self.generator, device=self.device)
         token = sampling.sample(logits, self.temperature, self.top_k, self.top_p, uniform=noise)
         out = torch.empty(B, max_new_tokens, dtype=torch.long, device=self.device)

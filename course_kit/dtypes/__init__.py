@@ -14,6 +14,8 @@ Modules:
     fp8_overflow    What this PyTorch does when an fp32 value is cast to fp8 e4m3fn beyond its range ...
     quant           int8 and int4 quantisation: symmetric or asymmetric scales, per tensor or per channel.
     woq             Weight-only quantisation in practice: int8 and int4 weights, bf16 activations ...
+    woq_roofline    Where weight-only quantisation pays: a weight-only product under notebook 00's roofline.
+    woq_explain     Notebook 01 §7's words on weight-only decode, computed from a bench woq record.
 """
 from . import ops
 from .formats import FORMAT_NAMES, FORMATS, Format, get_format

@@ -21,6 +21,7 @@ Modules:
     train_parallel  Figures of notebook 09's training section: FSDP2 bytes, recomputation, accumulation.
     streams         Figures for notebook 07: timelines (Gantt charts of lanes), idle fraction and ...
     tables          Text tables as HTML, for notebooks 01, 08 and 09: the browser wraps a cell's words ...
+    woq             Figures of notebook 01 §7 (weight-only decode), from a `course-kit bench woq` record.
 """
 from .roofline import roofline_figure, roofline_from_record
 

@@ -14,6 +14,10 @@ a kernel each in the eager step. Here they ride inside the products that need th
                 and one small kernel picks the winner (PyTorch reduces 128k logits in one block);
 - `step`        `TritonDecodeStep`: the course model's decode step from these, five kernels a
                 layer (six when attention cuts the context into slices);
+- `woq_gemv`    the same products on weight-only int8 and int4 weights (issue 48, notebook 01 §7):
+                codes dequantised in registers, never a bf16 copy of the weights;
+- `woq_pack`    how those weights sit in memory: woq.py's codes in int32 words, and back;
+- `woq_hopper`  those products compiled for sm_90 on any machine: registers and SASS, for the tests;
 - `exchange`    under tensor parallelism (notebook 09), the ranks' partial sums pushed by each
                 row-parallel product into every GPU's symmetric memory and summed by the next
                 product as it loads x: no all-reduce kernel.

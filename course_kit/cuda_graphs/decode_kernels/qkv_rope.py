@@ -43,9 +43,21 @@ def _qkv_rope_kernel(W, X, NORM_W, POS, INV_FREQ, Q_OUT, K_CACHE, V_CACHE, N, K,
                      M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      PDL: tl.constexpr, X_PARTS: tl.constexpr, SPIN: tl.constexpr):
     DT: tl.constexpr = Q_OUT.dtype.element_ty
-    HB: tl.constexpr = BLOCK_N // 2
     acc, _ = gemv_rows(W, X, NORM_W, N, K, stride_w, stride_x, eps, DT, M, BLOCK_M, BLOCK_N, BLOCK_K, 1, PDL, D,
                        X_PARTS, stride_xp, READY, EPOCH, SPIN)
+    rope_append_store(acc, POS, INV_FREQ, Q_OUT, K_CACHE, V_CACHE, N, stride_qm, stride_cb, stride_ch,
+                      stride_cs, H, KV, D, M, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def rope_append_store(acc, POS, INV_FREQ, Q_OUT, K_CACHE, V_CACHE, N, stride_qm, stride_cb, stride_ch, stride_cs,
+                      H: tl.constexpr, KV: tl.constexpr, D: tl.constexpr, M: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The store of a q/k/v product taken in RoPE pairs (`gemv_rows(PAIR_D=D)`): q rotated into Q_OUT,
+    k rotated and v as is into the caches at each row's position. Also the store of the weight-only
+    products (woq_gemv.py), whose accumulators come in the same pairs."""
+    DT: tl.constexpr = Q_OUT.dtype.element_ty
+    HB: tl.constexpr = BLOCK_N // 2
     y = acc.to(DT).to(tl.float32)                  # the product rounded, as F.linear rounds it
     x1, x2 = pair_halves(y, BLOCK_M, BLOCK_N)      # each pair's first and second elements
     pair = tl.program_id(0) * HB + tl.arange(0, HB)
