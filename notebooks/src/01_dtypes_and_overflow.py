@@ -421,6 +421,139 @@ elif ref is not None:
     print("The reference record predates the weight-only rows: run `course-kit bench dtypes` on a GPU to add them.")
 
 # %% [markdown]
+# ### Weight-only decode that pays: read the codes, never a copy
+#
+# At batch 1 a decode step is a chain of matrix-vector products (notebook 05): every weight is read
+# once per token and used for one multiply-add, so a product takes as long as its bytes take to cross
+# memory (notebook 00's roofline, far left of the ridge). Storing the weights in 8 or 4 bits can only
+# shorten that if the kernel reads the codes themselves. The int8 path above reads them twice and
+# writes a bf16 copy in between; torch's int4 kernel (tinygemm) reads only the codes. What decides
+# decode speed is how close to the copy rate a kernel reads them when the batch is one row.
+#
+# The course's own kernels (`cuda_graphs/decode_kernels/woq_gemv.py`) are the batch-1 products of
+# notebook 05 on packed weights. The values are this notebook's: int8 with one scale per row, int4
+# in groups of 128 along K with a scale and a zero each, $w = (q - 8)\,s + z$. What is new is how a
+# code becomes a number. A code $q$ moved into the top bits of a float32's mantissa, with the
+# exponent bits of 1.0 or-ed in, *is* the float $1 + q/16$ (four bits lower, $1 + q/256$): a shift and
+# one mask-and-or, no int-to-float conversion (which runs at a quarter of the multiply-add rate and
+# would cap the kernel below the copy rate). One shift places two codes of a word at once, so four
+# shifts serve its eight. Per group the kernel sums these floats times $x$ and the group's $x$, $S_x$
+# (the same for every row), and applies the scale and zero once per group:
+#
+# $$\sum_{k \in g} w_k x_k = s \sum q_k x_k + (z - 8s)\,S_x, \qquad
+#   \sum (1 + q_k/16)\, x_k = S_x + \tfrac{1}{16} \sum q_k x_k .$$
+#
+# A 32-bit word holds 8 int4 codes (4 int8 ones) of columns far apart, so each of its codes
+# multiplies one contiguous run of $x$. Nothing but the codes and one scale and zero per group crosses
+# memory; accumulation is fp32, the activations bf16, and the layer's norm, SwiGLU, residual and RoPE
+# ride along as in notebook 05's kernels. The heart of it, for int4:
+
+# %%
+from course_kit.benchmarks import woq as bench_woq
+from course_kit.cuda_graphs import quantised
+from course_kit.cuda_graphs.decode_kernels import woq_gemv
+from course_kit.dtypes import woq_roofline
+from course_kit.dtypes.woq_explain import (dtype_label, explain_crossing, explain_decode, explain_error,
+                                           explain_gemv, explain_packed)
+from course_kit.models import llama
+from course_kit.plots import woq as woq_plots
+from course_kit.widgets.woq import WoqExplorer
+
+ON_CPU = P["device"] == "cpu"
+WOQ_SHAPE = (128, 256) if P["smoke"] else (512, 1024) if ON_CPU else (4096, 4096)   # the product checked live
+WOQ_PRESET = "tiny" if ON_CPU else "smollm-135m"          # the model whose quality is measured live
+WOQ_GROUP = 32 if WOQ_PRESET == "tiny" else 64            # int4 groups that divide its every K
+WOQ_POSITIONS = 16 if P["smoke"] else 64 if ON_CPU else 256
+show_source(woq_gemv._fold_int4.fn)
+
+# %% [markdown]
+# Each format on one weight, one row of activations, through the fused kernel (on a CPU, Triton's
+# interpreter runs it), against the fp32 matmul of its own dequantised weights:
+
+# %%
+packed_rows = quantised.packed_products(*WOQ_SHAPE, P["device"], P["dtype"])
+md(explain_packed(packed_rows))
+int4_kernel, int4_why = quantised.int4_path(P["device"])
+if int4_why:
+    md(int4_why)
+
+# %% [markdown]
+# ### The decode step on packed weights, and what it costs in quality
+#
+# `QuantisedDecodeStep` is notebook 05's Triton step whose q/k/v, output, MLP and logits products read
+# int8 or int4 weights; embeddings, norms and the KV cache stay as they were, and
+# `DecodeGraphRunner(model, kernels="triton", weights="int4")` captures it in a CUDA graph like the
+# bf16 step. Its quality is measured against the unquantised step on the same weights: both decode
+# the same positions, each fed the unquantised step's own greedy tokens (so one early disagreement
+# does not make every later position differ), and the figures are the share of positions where the
+# two pick the same token and the largest change of a logit.
+
+# %%
+show_source(quantised.QuantisedDecodeStep.__call__)
+woq_model = llama.Transformer.from_preset(WOQ_PRESET, seed=0, dtype=P["dtype"], device=P["device"])
+woq_quality, woq_how = quantised.quality_live(woq_model, WOQ_POSITIONS, WOQ_GROUP)
+md(f"{WOQ_PRESET} with random weights: {woq_how}.\n\n"
+   + explain_error({WOQ_PRESET: woq_quality}, reference=dtype_label(P["dtype"])))
+del woq_model
+
+# %% [markdown]
+# ### What it buys on a GPU
+#
+# `course-kit bench woq` runs llama-1b and the Llama-3-8B shape at batch 1 on the Triton runner in
+# bf16, int8 and int4 (CUDA graph, programmatic dependent launch), counts the bytes each step reads
+# per token, and times each product of the step on its own. Its record:
+
+# %%
+woq_rec = notebook.record("woq")
+if woq_rec is not None and any(r.get("kind") == "runner" for r in woq_rec["results"]):
+    md(explain_decode(woq_rec["results"]))
+    md(explain_gemv(woq_rec["results"], woq_rec["summary"].get("copy_gbs")))
+    woq_fig = woq_plots.decode_figure(woq_rec["results"])
+else:
+    woq_fig = None
+    print("No weight-only decode record to show: run `course-kit bench woq` on a GPU to make one.")
+woq_fig
+
+# %% [markdown]
+# ### Where it stops paying: the roofline crossing
+#
+# A product with $M$ rows of activations moves its weights once and does $2MNK$ FLOPs. Its time is at
+# least the larger of bytes over copy bandwidth and FLOPs over the matmul peak. At small $M$ the bytes
+# decide, and fewer bytes per weight means less time. As $M$ grows the FLOPs catch up: a format turns
+# compute-bound where the two are equal, int4 first, then int8, then bf16. Between a format's crossing
+# and bf16's, its advantage shrinks; past bf16's, every format does the same FLOPs at the same peak and
+# quantisation no longer saves time. That is the ideal, computed below from the record's own
+# ceilings; a real kernel spends instructions on dequantising, and the measured points show where
+# torch's kernels stop paying.
+
+# %%
+woq_shapes = woq_roofline.shapes(woq_rec) if woq_rec is not None else []
+if woq_shapes:
+    woq_shape = next((s for s in woq_shapes if s.endswith(" w13")), woq_shapes[0])
+    md(explain_crossing(woq_rec["summary"]["crossing"][woq_shape], woq_shape, woq_rec["summary"]))
+    if woq_rec["summary"].get("quality"):
+        md(explain_error(woq_rec["summary"]["quality"], reference=dtype_label(woq_rec["summary"].get("dtype"))))
+    woq_cross = woq_plots.crossing_figure(woq_rec, woq_shape)
+else:
+    woq_cross = None
+    print("The record has no peer measurements: run `course-kit bench woq` on a GPU to add them.")
+woq_cross
+
+# %% [markdown]
+# ### Explore: a product, a format, a batch
+#
+# Pick one of the recorded products, a weight format and a batch size $M$: the explorer shows the bytes
+# the product moves, the roofline's shortest time for it, and the recorded time (the course's fused
+# kernel at $M = 1$, torch's peer above), on the curve of time against $M$. Where no record exists, it
+# measures this machine's ceilings and torch's peers on one small weight first (a few seconds).
+
+# %%
+woq_source = woq_rec if woq_shapes else bench_woq.live_record(*WOQ_SHAPE, [1, 4, 16, 64], P["device"],
+                                                                repeat=3 if P["smoke"] else 10)
+woq_explorer = WoqExplorer(woq_source)
+widgets.show(woq_explorer.widget, woq_explorer.figure, "the weight-only explorer")
+
+# %% [markdown]
 # ## Exercises
 #
 # ### Exercise 01.fp8_round: round fp32 to fp8 e4m3fn yourself

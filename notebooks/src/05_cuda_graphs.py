@@ -367,6 +367,10 @@ else:
 forms_fig
 
 # %% [markdown]
+# **The same step on int8 and int4 weights:** `DecodeGraphRunner(model, kernels="triton", weights="int4")` runs these kernels on packed codes (`cuda_graphs/quantised.py`).
+# Notebook 01's weight-only section measures the bytes it saves per token, what it costs in quality, and the batch at which quantisation stops paying.
+
+# %% [markdown]
 # ### What the profiler sees
 #
 # (This section comes after the Triton cells on purpose: in a Jupyter kernel, once `torch.profiler` has
