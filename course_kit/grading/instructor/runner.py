@@ -71,6 +71,9 @@ def _env(ctx: Context, extra: dict) -> dict:
            "OPENBLAS_NUM_THREADS": threads, "TORCH_NUM_THREADS": threads, "MALLOC_ARENA_MAX": "2",
            "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg", "PLOTLY_RENDERER": "json",
            "COURSE_KIT_SMOKE": os.environ.get("COURSE_KIT_SMOKE", "1"), "GLOO_SOCKET_IFNAME": "lo"}
+    # The very package the grader runs, whatever the venv's editable finder points at (a worktree's
+    # package lies outside the venv's own path, and only the package folder is bound).
+    env["PYTHONPATH"] = str(Path(sandbox.package_dir()).parent)
     if ctx.data is not None:
         env["COURSE_KIT_DATA"] = DATA
     env.update(extra)

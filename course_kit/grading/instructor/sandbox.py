@@ -229,10 +229,14 @@ def traversable(path: str) -> bool:
     return True
 
 
+def package_dir() -> str:
+    """The folder of the course_kit package this grader runs (found without importing lessons)."""
+    return str(Path(__file__).resolve().parents[2])
+
+
 def python_paths() -> list[str]:
     """The Python install the sandbox needs: the interpreter's prefix, the venv, the course package."""
-    import course_kit
-    package = str(Path(course_kit.__file__).resolve().parent)
+    package = package_dir()
     paths = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)}
     if not any(package.startswith(p + os.sep) for p in paths):
         paths.add(package)
