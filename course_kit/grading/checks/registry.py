@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-ID = re.compile(r"^\d\d\.[A-Za-z0-9_\-]{1,60}$")
+ID = re.compile(r"\A\d\d\.[A-Za-z0-9_\-]{1,60}\Z")   # \Z: "$" would accept a trailing newline
 
 
 @dataclass
