@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--hidden", default=None)
     args = parser.parse_args(argv)
     job = json.loads(Path(args.job).read_text()) if args.command == "verdict" else None
+    registry.use_instructor(Path(args.hidden) if args.hidden else None)   # never a tree found elsewhere
     if args.hidden:   # only the notebooks at hand: each hidden module may import torch and lessons
         ids = args.ids if job is None else [c["id"] for c in job["checks"]]
         registry.load_hidden(Path(args.hidden), {str(i)[:2] for i in ids})
