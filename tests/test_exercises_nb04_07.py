@@ -10,7 +10,7 @@ import pytest
 from grading_fixtures import fails as _fails, judge_verdicts, shows as _shows, solution_namespace as _solution
 
 from course_kit import grading, nbbuild
-from course_kit.grading.checks import nb04, nb05, nb06, nb07, registry
+from course_kit.grading.checks import nb04, nb05, nb06, registry
 
 registry.load_hidden(Path(nbbuild.PROJECT) / "instructor" / "hidden_checks", {"04", "05", "06", "07"})
 
@@ -21,7 +21,7 @@ TRAP_TRUTH = {"jit.trace": "refused", "jit.script": "correct", "fx": "silently w
 
 
 def test_04_trap_measures_what_the_notebook_says():
-    assert nb04.trap_statuses() == TRAP_TRUTH
+    assert registry.key("04.silent_trap")["measured"] == TRAP_TRUTH    # measured: test_answer_keys.py
 
 
 def test_04_notebook_and_checker_share_the_trap():
@@ -108,7 +108,7 @@ def test_05_choose_buckets_stub_says_not_implemented():
 # ---- 05.bucket_waste ----------------------------------------------------------------------------
 
 def _waste():
-    a = nb05.waste_answers()
+    a = registry.key("05.bucket_waste")             # measured with buckets.bucket_cost: test_answer_keys.py
     return a["waste"], a["worst"], a["extra"]
 
 

@@ -107,11 +107,11 @@ def test_failure_renders_without_traceback():
 
 
 def test_full_feedback_shows_the_expected_value_and_short_does_not():
-    from course_kit.grading.checks import codec, nb01, probing, verdict
+    from course_kit.grading.checks import codec, probing, verdict
     spec = registry.get("01.memory")
-    n = nb01.qwen_params()
+    n = registry.key("01.memory")["n_params"]
     plan = {"cases": None, "instantiate": False, "probe": None}
-    answer = codec.roundtrip(probing.probe(plan, (n + 1, 1.0, 1.0, 1.0)))
+    answer = codec.roundtrip(probing.probe(plan, (n + 1, (n + 1) * 2 / 2**30, (n + 1) * 16 / 2**30, 7.0)))
     short = verdict.outcome(spec, answer, level="short")
     full = verdict.outcome(spec, answer, level="full")
     assert short[0] == full[0] == "failed"

@@ -19,3 +19,9 @@ def _named() -> list[tuple[str, list[int], int]]:
 @grading.exercise("05.choose_buckets_hidden", cases=lambda: [(b, k) for _, b, k in _named()])
 def choose_buckets_hidden(fn) -> None:
     judge_buckets(fn, _named())
+
+
+# ---- 05.bucket_waste: the answer key ---
+# Measured with buckets.bucket_cost on the task's trace (waste_trace(): 300 requests, Poisson at 10/s,
+# seed 5) and the sizes [1, 2, 4, 8]; tests/test_answer_keys.py measures it again.
+grading.answer_key("05.bucket_waste", waste=0.18962477965248048, worst=8, extra=5)

@@ -74,8 +74,9 @@ def exercise(exercise_id: str, *, hint: str = "", cases: Callable[[], list] | No
     return register
 
 
-def load_public(exercise_id: str | None = None) -> None:
-    """Import checker modules: the exercise's own notebook module first (cheap), else all of them."""
+def load_public(exercise_id: str | None = None, everything: bool = True) -> None:
+    """Import checker modules: the exercise's own notebook module first (cheap), else (everything)
+    all of them."""
     from course_kit.grading import checks
     if exercise_id and exercise_id[:2].isdigit():
         try:
@@ -83,7 +84,7 @@ def load_public(exercise_id: str | None = None) -> None:
         except ModuleNotFoundError as exc:
             if not exc.name or not exc.name.endswith(f"nb{exercise_id[:2]}"):
                 raise
-        if exercise_id in SPECS:
+        if exercise_id in SPECS or not everything:
             return
     for info in pkgutil.iter_modules(checks.__path__):
         if info.name.startswith("nb"):
@@ -156,10 +157,12 @@ def key(exercise_id: str) -> dict | None:
 def get(exercise_id: str) -> Spec:
     if not isinstance(exercise_id, str):
         raise ValueError(f"exercise id must be a string like '01.bf16_round', got {type(exercise_id).__name__}")
-    if exercise_id not in SPECS:
-        load_public(exercise_id)
+    if exercise_id not in SPECS:      # its notebook's public module, then the instructor's, then all
+        load_public(exercise_id, everything=False)
     if exercise_id not in SPECS:
         _load_instructor(exercise_id)
+    if exercise_id not in SPECS:
+        load_public(exercise_id)
     if exercise_id not in SPECS:
         raise ValueError(f"unknown exercise {exercise_id!r}; known: {sorted(SPECS)}")
     return SPECS[exercise_id]
