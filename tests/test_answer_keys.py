@@ -246,6 +246,21 @@ def test_in_a_checkout_hidden_checks_and_keys_load_beside_the_package():
         grading.check("99.nope_hidden", 1)
 
 
+def test_every_hidden_cell_of_the_solved_build_finds_its_checker_from_a_checkout():
+    """Issue 47: the solved build's hidden cells (which make test's CI build runs) name checkers that a
+    fresh process in the checkout finds beside the package, without being told where."""
+    from course_kit.grading.instructor import cells
+    ids = sorted({i for src in nbbuild.sources() for c in nbbuild.build(src, solved=True)["cells"]
+                  if cells.role(c) == "hidden" for i in cells.check_ids(cells.source_text(c))})
+    assert len(ids) == 10 and all(registry.is_hidden(i) for i in ids)
+    code = ("import sys\nfrom course_kit.grading.checks import registry\n"
+            "missing = []\nfor i in sys.argv[1:]:\n    try:\n        registry.get(i)\n"
+            "    except ValueError:\n        missing.append(i)\nprint(missing)")
+    proc = subprocess.run([sys.executable, "-c", code, *ids], cwd=PROJECT, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", (proc.stdout, proc.stderr[-2000:])
+
+
 # ---- the keys, measured again with the lessons' functions ------------------------------------------
 
 def test_00_key():

@@ -194,3 +194,23 @@ def test_limits_name_the_bad_value_and_the_range():
         sandbox.Limits(cpus=2000)
     with pytest.raises(ValueError, match="disk_bytes must be at least 1 MiB, got 10"):
         sandbox.Limits(disk_bytes=10)
+
+
+def test_the_judge_never_passes_a_keyed_answer_without_the_instructors_key(tmp_path):
+    """Graded without the answer keys (no --hidden), a measured value cannot be judged: an error row
+    naming what is missing, never a pass on form alone."""
+    import subprocess
+    import sys
+    answers = tmp_path / "answers"
+    codec.write(answers / "06.first_preempt", {"values": [1, 19, 3]})
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"answers": str(answers), "checks": [{"id": "06.first_preempt"}]}))
+    hidden = Path(__file__).resolve().parents[1] / "instructor" / "hidden_checks"
+    out = {}
+    for name, extra in (("none", []), ("hidden", ["--hidden", str(hidden)])):
+        subprocess.run([sys.executable, "-m", "course_kit.grading.checks.judge", "verdict", "--job", str(job),
+                        "--out", str(tmp_path / f"{name}.json"), *extra], check=True, cwd=tmp_path)
+        out[name] = json.loads((tmp_path / f"{name}.json").read_text())["verdicts"]["06.first_preempt"]
+    assert out["none"] == {"status": "error", "message": "not graded: the instructor's answer key of "
+                                                         "06.first_preempt is missing (course-kit grade --hidden DIR)"}
+    assert out["hidden"]["status"] == "passed"

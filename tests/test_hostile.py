@@ -28,34 +28,45 @@ DISK_MB = 64
 LIMITS = sandbox.Limits(cell_timeout=20, total_timeout=150, memory_bytes=2 << 30, disk_bytes=DISK_MB << 20)
 SECRET_TEXT = "TOP-SECRET-do-not-echo"
 
-# A student who controls their kernel can write any answer files: here `check("99.add", ...)` writes
-# a forged answer folder instead of the recorded one (FORGE is the body of the forging function).
-FORGE_HEAD = (
+# A student who controls their kernel can write any answer files: here `check(id, ...)` writes a forged
+# answer folder for the exercises in FORGED (id -> the body that writes it into `d`) instead of the
+# recorded one, and records the others honestly.
+FORGE = (
     "import json, os, pathlib\nimport numpy as np\nimport course_kit.grading as g\n_record = g._record\n"
     "def _forge(exercise_id, values, folder):\n"
-    "    if exercise_id != '99.add':\n        return _record(exercise_id, values, folder)\n"
+    "    if exercise_id not in FORGED:\n        return _record(exercise_id, values, folder)\n"
     "    d = pathlib.Path(folder) / 'answers' / exercise_id\n    d.mkdir(parents=True, exist_ok=True)\n"
-    "    def answer(tree, n=0):\n"
-    "        (d / 'answer.json').write_text(json.dumps({'tree': tree, 'arrays': n}))\n")
-FORGE_TAIL = "g._record = _forge\ndef add(a, b):\n    return a + b"
-FORGERIES = {   # each makes the decoder of the checkers' process raise another exception type
-    "forge_type_error": ("    np.save(d / 'a0.npy', np.array(['a', 'b']))\n"          # text declared as a tensor
-                         "    answer({'results': [{'$tensor': 0, 'dtype': 'torch.float32', 'shape': [2]}, 0, 42]}, 1)\n"),
-    "forge_runtime_error": ("    np.save(d / 'a0.npy', np.zeros(3, np.uint8))\n"     # 3 bytes viewed as bf16
-                            "    answer({'results': [{'$tensor': 0, 'dtype': 'torch.bfloat16', 'shape': [1]}, 0, 42]}, 1)\n"),
-    "forge_value_error": "    answer({'results': [{'$bigint': '12x'}, 0, 42]})\n",
-    "forge_recursion": ("    (d / 'answer.json').write_text('{\"tree\": ' + '[' * 100000 + ']' * 100000 + "
-                        "', \"arrays\": 0}')\n"),
-    "forge_huge_header": ("    head = np.lib.format.header_data_from_array_1_0(np.zeros(1))\n"   # 8 TB declared
-                          "    head['shape'] = (10 ** 12,)\n    with open(d / 'a0.npy', 'wb') as f:\n"
-                          "        np.lib.format.write_array_header_1_0(f, head)\n        f.write(bytes(8))\n"
-                          "    answer({'results': [{'$ndarray': 0}, 0, 42]}, 1)\n"),
-    # right results, and one 15 MiB array referenced 1,000 times: decoded once and shared, never copied
-    # (a copy per reference would be 15 GiB, far past the checkers' 2 GiB cap)
-    "forge_repeated_refs": ("    np.save(d / 'a0.npy', np.ones(15 << 18, np.float32))\n"
-                            "    answer({'results': [5, 0, 42], 'values': [], "
-                            "'junk': [{'$ndarray': 0}] * 1000}, 1)\n"),
+    "    FORGED[exercise_id](d)\n"
+    "def answer(d, tree, n=0):\n"
+    "    (d / 'answer.json').write_text(json.dumps({'tree': tree, 'arrays': n}))\n"
+    "g._record = _forge\n")
+FORGERIES = {   # each makes the checkers' decoder raise another exception type
+    "type_error": ("def type_error(d):\n    np.save(d / 'a0.npy', np.array(['a', 'b']))\n"     # text as a tensor
+                   "    answer(d, {'results': [{'$tensor': 0, 'dtype': 'torch.float32', 'shape': [2]}, 0, 42]}, 1)\n"),
+    "runtime_error": ("def runtime_error(d):\n    np.save(d / 'a0.npy', np.zeros(3, np.uint8))\n"   # 3 bytes as bf16
+                      "    answer(d, {'values': [{'$tensor': 0, 'dtype': 'torch.bfloat16', 'shape': [1]}]}, 1)\n"),
+    "value_error": "def value_error(d):\n    answer(d, {'results': [{'$bigint': '12x'}, 0, 42]})\n",
+    "recursion": ("def recursion(d):\n    (d / 'answer.json').write_text('{\"tree\": ' + '[' * 100000 + "
+                  "']' * 100000 + ', \"arrays\": 0}')\n"),
+    "huge_header": ("def huge_header(d):\n    head = np.lib.format.header_data_from_array_1_0(np.zeros(1))\n"
+                    "    head['shape'] = (10 ** 12,)\n    with open(d / 'a0.npy', 'wb') as f:\n"   # 8 TB declared
+                    "        np.lib.format.write_array_header_1_0(f, head)\n        f.write(bytes(8))\n"
+                    "    answer(d, {'results': [{'$ndarray': 0}, 0, 42]}, 1)\n"),
+    # the right squares, and one 15 MiB array referenced 1,000 times: decoded once and shared, never
+    # copied (a copy per reference would be 15 GiB, far past the checkers' 2 GiB cap)
+    "repeated_refs": ("def repeated_refs(d):\n    np.save(d / 'a0.npy', np.ones(15 << 18, np.float32))\n"
+                      "    answer(d, {'values': [[0, 1, 4, 9, 16]], 'junk': [{'$ndarray': 0}] * 1000}, 1)\n"),
 }
+# student: (forgery of 99.add, forgery of 99.square); 99.half is answered honestly
+FORGERS = {"forge_a": ("type_error", "runtime_error"), "forge_b": ("value_error", "recursion"),
+           "forge_c": ("huge_header", "repeated_refs")}
+
+
+def _forger(add: str, square: str) -> str:
+    return (FORGE + FORGERIES[add] + FORGERIES[square] +
+            f"FORGED = {{'99.add': {add}, '99.square': {square}}}\n" + SOLUTIONS["99.add"])
+
+
 # writes 1 MiB at a time into its answers folder and /tmp until the disk cap stops it (at most 4x the
 # cap, should there be none), then frees the space: it earns 99.add only where both caps held
 QUOTA_WRITER = (
@@ -71,7 +82,7 @@ QUOTA_WRITER = (
 PROC_READER = (
     "import glob\nseen = ''\nfor p in glob.glob('/proc/[0-9]*/cmdline') + glob.glob('/proc/[0-9]*/environ'):\n"
     "    try:\n        seen += open(p, 'rb').read().decode('utf-8', 'replace')\n    except OSError:\n        pass\n"
-    "def add(a, b):\n    return a + b if 'course-kit-grade' not in seen and '/job-' not in seen else 0")
+    "squares = [i * i for i in range(5)] if 'course-kit-grade' not in seen and '/job-' not in seen else [0]")
 
 
 def _server():
@@ -146,11 +157,11 @@ def _students(root, student_nb, port):
     elsewhere = submit(root / "elsewhere", "peer", fill(student_nb, HONEST))
     (subs / "hardlink").mkdir(parents=True)
     os.link(elsewhere, subs / "hardlink" / NAME)
-    # forged answer files, each raising another exception in the checkers' decoder; a quota filler
-    for name, body in FORGERIES.items():
-        add(name, {**HONEST, "99.add": FORGE_HEAD + body + FORGE_TAIL})
-    add("quota_writer", {**HONEST, "99.add": QUOTA_WRITER})
-    add("proc_reader", {**HONEST, "99.add": PROC_READER})
+    # forged answer files, each raising another exception in the checkers' decoder; a quota filler and
+    # a reader of every command line (full marks only where the caps and the sandbox held)
+    for name, (forged_add, forged_square) in FORGERS.items():
+        add(name, {**HONEST, "99.add": _forger(forged_add, forged_square)})
+    add("quota_proc", {**HONEST, "99.add": QUOTA_WRITER, "99.square": PROC_READER})
     # malformed metadata: a list as exercise id; a duplicated solution cell; bad JSON; nbformat 3
     bad = fill(student_nb, HONEST)
     bad.cells[3].metadata["course_kit"]["exercise"] = ["99.add"]
@@ -237,8 +248,7 @@ EXPECTED = {
     "link_peer": 0, "link_secret": 0, "list_id": 0, "duplicate": FULL - 2, "bad_json": 0, "nbformat3": 0,
     "sigint_loop": 0, "fork_hog": FULL - 1, "network": FULL - 2, "leaver": FULL, "finder": FULL - 1,
     "exiter": 0, "oversized": 0, "hardlink": 0,
-    **{name: FULL - 2 for name in FORGERIES}, "forge_repeated_refs": FULL,
-    "quota_writer": FULL, "proc_reader": FULL,
+    "forge_a": FULL - 3, "forge_b": FULL - 3, "forge_c": FULL - 2, "quota_proc": FULL,
 }
 
 
@@ -292,16 +302,18 @@ def test_memory_cap_covers_forked_children(graded):
 
 def test_a_forged_answer_costs_its_own_exercise_only_with_a_one_line_reason(graded):
     rows, _, _ = graded
-    says = {"forge_type_error": "a tensor's data must be plain numbers",
-            "forge_runtime_error": "cannot be a torch.bfloat16", "forge_value_error": "malformed big integer",
-            "forge_recursion": "answer.json is not valid JSON (RecursionError)",
-            "forge_huge_header": "over the 16 MiB of one array"}
-    for student, text in says.items():
-        r = _row(rows, student, "99.add")
-        assert r["status"] == "error" and text in r["message"], (student, r["message"])
+    says = {("forge_a", "99.add"): "a tensor's data must be plain numbers",
+            ("forge_a", "99.square"): "cannot be a torch.bfloat16",
+            ("forge_b", "99.add"): "malformed big integer",
+            ("forge_b", "99.square"): "answer.json is not valid JSON (RecursionError)",
+            ("forge_c", "99.add"): "over the 16 MiB of one array"}
+    for (student, exercise), text in says.items():
+        r = _row(rows, student, exercise)
+        assert r["status"] == "error" and text in r["message"], (student, exercise, r["message"])
         assert "Traceback" not in r["message"] and len(r["message"]) < 400
-        assert _row(rows, student, "99.square")["status"] == _row(rows, student, "99.half")["status"] == "passed"
-    assert _row(rows, "forge_repeated_refs", "99.add")["status"] == "passed"
+    for student in FORGERS:
+        assert _row(rows, student, "99.half")["status"] == "passed"
+    assert _row(rows, "forge_c", "99.square")["status"] == "passed"      # 1,000 references, decoded once
 
 
 # ---- a CPU hog next to an honest notebook ---------------------------------------------------------

@@ -5,7 +5,7 @@ No learner code ever runs here. The grader starts it (inside its own sandbox) tw
     judge prepare --ids 01.a 01.b --out CASES [--hidden DIR]
         writes each check's plan (the inputs its learner function is called on) as data, once per
         grading run, for the notebooks' sandboxes to read;
-    judge verdict --job JOB.json --out VERDICTS.json [--hidden DIR]
+    judge verdict --job JOB.json --out VERDICTS.json [--job ... --out ...] [--hidden DIR]
         reads the answers one notebook's sandbox wrote (hostile files: codec.read) and writes
         {"verdicts": {id: {"status", "message"}}, "judging": id or null}, rewritten after every answer,
         so that a judge stopped by its memory or time cap still leaves the verdicts it had reached and
@@ -43,6 +43,9 @@ def judge_one(item: dict, answers: Path, level: str, budget: codec.Budget) -> di
     """The verdict of one recorded answer: {"status", "message"}."""
     exercise_id, source = item["id"], item.get("source")
     spec = registry.get(exercise_id)
+    if spec.keyed and registry.key(exercise_id) is None:   # grading with no key would pass any value
+        return {"status": "error", "message": f"not graded: the instructor's answer key of {exercise_id} is "
+                                              "missing (course-kit grade --hidden DIR)"}
     folder = answers / exercise_id
     try:
         os.lstat(folder)
@@ -96,14 +99,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--hidden", default=None)
     v = sub.add_parser("verdict")
-    v.add_argument("--job", required=True)
-    v.add_argument("--out", required=True)
+    v.add_argument("--job", action="append", required=True, help="a job file (repeat --job/--out for several)")
+    v.add_argument("--out", action="append", required=True)
     v.add_argument("--hidden", default=None)
     args = parser.parse_args(argv)
-    job = json.loads(Path(args.job).read_text()) if args.command == "verdict" else None
+    jobs = [json.loads(Path(j).read_text()) for j in args.job] if args.command == "verdict" else []
+    if len(jobs) != len(args.out if args.command == "verdict" else jobs):
+        parser.error("give one --out per --job")
     registry.use_instructor(Path(args.hidden) if args.hidden else None)   # never a tree found elsewhere
     if args.hidden:   # only the notebooks at hand: each hidden module may import torch and lessons
-        ids = args.ids if job is None else [c["id"] for c in job["checks"]]
+        ids = args.ids if args.command == "prepare" else [c["id"] for job in jobs for c in job["checks"]]
         registry.load_hidden(Path(args.hidden), {str(i)[:2] for i in ids})
     if args.command == "prepare":
         for exercise_id in args.ids:   # public checker modules load by notebook number, on demand
@@ -117,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         prepare(args.ids, Path(args.out))
         return 0
-    judge(job, Path(args.out))
+    for job, out in zip(jobs, args.out):
+        judge(job, Path(out))
     return 0
 
 
