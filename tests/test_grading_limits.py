@@ -214,3 +214,31 @@ def test_the_judge_never_passes_a_keyed_answer_without_the_instructors_key(tmp_p
     assert out["none"] == {"status": "error", "message": "not graded: the instructor's answer key of "
                                                          "06.first_preempt is missing (course-kit grade --hidden DIR)"}
     assert out["hidden"]["status"] == "passed"
+
+
+def test_grade_checks_its_disk_before_any_run(tmp_path, monkeypatch):
+    from grading_fixtures import write_course
+    source = write_course(tmp_path)
+    (tmp_path / "subs" / "ann").mkdir(parents=True)
+    real = disk.shutil.disk_usage
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda p: real(p)._replace(free=10 << 20))
+    with pytest.raises(ValueError, match=r"only 10 MiB free on the disk of"):
+        grade.grade(tmp_path / "subs", tmp_path / "out" / "gb.csv", source, log=lambda _: None)
+
+
+def test_where_there_is_no_cpu_cgroup_the_log_says_so():
+    mode = sandbox.Mode("bwrap-uid", "cgroup v1", "", "none (no cpu cgroup controller the grader may use)", "watched")
+    text = mode.describe()
+    assert "CPU cap: none (no cpu cgroup controller the grader may use): a run may slow the others" in text
+    assert "watched (no tmpfs can be mounted here: a run past the cap is stopped)" in text
+
+
+def test_where_no_tmpfs_can_be_mounted_a_folder_past_its_cap_is_stopped(tmp_path):
+    import threading
+    stopped = threading.Event()
+    watch = disk.Watch(tmp_path, 1 << 20, stopped.set, every=0.02)
+    (tmp_path / "small").write_bytes(bytes(1000))
+    assert not stopped.wait(0.2) and not watch.struck
+    (tmp_path / "big").write_bytes(b"x" * (2 << 20))
+    assert stopped.wait(5) and watch.struck
+    watch.stop()
