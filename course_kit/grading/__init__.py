@@ -9,8 +9,12 @@ When grading (the sandbox sets COURSE_KIT_GRADE), `check` decides nothing: it wr
 data for the grader, whose checkers run in another process where no learner code ever ran.
 
 Layout: `checks/` holds the checkers and their machinery (they may use lesson code as an oracle);
-`instructor/` holds the tools (release, grade, sandbox), which never import lessons; nbbuild
-builds the learner's notebooks with the instructor's release_notebook and cell helpers.
+`instructor/` holds the tools (release, grade, sandbox), which never import lessons; `ipython.py`
+turns a check cell run before its exercise is answered into one line; nbbuild builds the learner's
+notebooks with the instructor's release_notebook and cell helpers.
+
+The values a student is graded on live in the instructor's tree (`answer_key`), never here: see
+checks/registry.py.
 """
 from __future__ import annotations
 
