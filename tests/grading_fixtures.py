@@ -78,18 +78,18 @@ def submit(submissions: Path, student: str, nb, name: str = NAME) -> Path:
 
 
 def judge_verdicts(exercise_id: str, answers: dict, tmp_path: Path, monkeypatch) -> dict:
-    """Grade each answer as `course-kit grade` does, for one exercise: the judge prepares the cases
-    (`judge prepare`), the notebook side records the answer as data (`check` with COURSE_KIT_GRADE
-    set), and the judge, another process where no learner code runs, gives the verdict. Returns
-    {answer name: {"status", "message"}}."""
+    """Grade each answer as `course-kit grade` does, for one exercise: the checkers' plan of the cases
+    (judge.prepare, run here as `judge prepare` runs it), the notebook side records the answer as data
+    (`check` with COURSE_KIT_GRADE set), and the judge, another process where no learner code runs,
+    gives the verdicts (one process for all the answers). Returns {answer name: {"status", "message"}}."""
     import shutil
     import subprocess
     import sys
 
     from course_kit import grading
-    judge = [sys.executable, "-m", "course_kit.grading.checks.judge"]
-    subprocess.run(judge + ["prepare", "--ids", exercise_id, "--out", str(tmp_path / "cases")], check=True)
-    verdicts = {}
+    from course_kit.grading.checks import judge as judge_module
+    judge_module.prepare([exercise_id], tmp_path / "cases")
+    argv = [sys.executable, "-m", "course_kit.grading.checks.judge", "verdict"]
     for name, answer in answers.items():
         folder = tmp_path / name
         shutil.copytree(tmp_path / "cases", folder / "cases")
@@ -98,10 +98,10 @@ def judge_verdicts(exercise_id: str, answers: dict, tmp_path: Path, monkeypatch)
         monkeypatch.delenv(grading.GRADE_ENV)
         job = tmp_path / f"{name}.json"
         job.write_text(json.dumps({"answers": str(folder / "answers"), "checks": [{"id": exercise_id}]}))
-        out = tmp_path / f"{name}.verdicts.json"
-        subprocess.run(judge + ["verdict", "--job", str(job), "--out", str(out)], check=True)
-        verdicts[name] = json.loads(out.read_text())["verdicts"][exercise_id]
-    return verdicts
+        argv += ["--job", str(job), "--out", str(tmp_path / f"{name}.verdicts.json")]
+    subprocess.run(argv, check=True)
+    return {name: json.loads((tmp_path / f"{name}.verdicts.json").read_text())["verdicts"][exercise_id]
+            for name in answers}
 
 
 def fails(exercise_id: str, *values, says: str | None = None, hides=()) -> str:

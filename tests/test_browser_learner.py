@@ -122,10 +122,11 @@ def test_learner_on_01_predict_overflow(lab):
 
 
 def test_learner_on_06_first_preempt(lab):
-    from course_kit.grading.checks import nb06
+    from course_kit.grading.checks import registry
     ex = "06.first_preempt"
     right = _solved_source("06_batching", ex)
-    step, victim = nb06.first_preemption()
+    key = registry.key(ex)            # the instructor's answer key (the checkout has it beside the package)
+    step, victim = key["step"], key["victim"]
     head = right.split("# 1. predict")[0]                 # the workload the task cell sets up
     wrong = head + f"PREDICTED_STEP = 3\nSTEP = {step + 1}\nVICTIM = {victim}\n"
     with opened_notebook(lab, NB06) as pg:

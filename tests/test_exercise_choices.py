@@ -65,8 +65,8 @@ def test_the_hidden_check_accepts_the_solutions_letter_only(exercise, source, na
 
 
 def test_the_pass_line_says_the_letter_is_judged_at_grading(capsys):
-    from course_kit.grading.checks import nb07
-    a = nb07.predict_answers()
+    from course_kit.grading.checks import registry
+    a = registry.key("07.overlap_predict")
     for letter in "ABCD":
         grading.check("07.overlap_predict", {"speedup": 1.6}, a["idle_sync"], a["idle_async"], a["bound"],
                       a["speedup"], letter)

@@ -17,7 +17,7 @@ import torch
 
 from course_kit import grading, nbbuild
 from course_kit.dtypes import fp8_overflow
-from course_kit.grading.checks import nb00, nb01, nb02, nb03, registry
+from course_kit.grading.checks import nb01, nb02, nb03, registry
 
 HIDDEN = Path(nbbuild.PROJECT) / "instructor" / "hidden_checks"
 registry.load_hidden(HIDDEN, {"01", "02"})
@@ -34,10 +34,12 @@ def sol00():
 def test_00_solution_passes_and_near_misses_fail(sol00):
     grading.check("00.decode_batch", sol00["PREDICTED_BATCH"], sol00["BATCH"], sol00["FP8"])
     b = sol00["BATCH"]
-    assert b == nb00.crossing_batch() and b != round(989.5e3 / 4800)      # not the ridge itself
+    assert b == registry.key("00.decode_batch")["batch"] and b != round(989.5e3 / 4800)   # not the ridge itself
     _fails("00.decode_batch", 0, b - 1, "B", says="still memory-bound", hides=(b,))   # one batch too small
     _fails("00.decode_batch", 0, b + 1, "B", says="not the smallest", hides=(b,))
     _fails("00.decode_batch", 0, b, "A", says="FP8")
+    msg = _fails("00.decode_batch", 0, b + 1, "E", says="not the smallest")     # every wrong field at once
+    assert "FP8: expected one of" in msg
     _fails("00.decode_batch", 0, float(b), "B", says="expected an int, found a value of type float")
     _fails("00.decode_batch", None, b, "B", says="PREDICTED_BATCH")          # the prediction is required
 
@@ -182,7 +184,7 @@ def test_01_memory_in_gib():
     sol = _solution("01_dtypes_and_overflow.py", "01.memory")
     answers = [sol["n_params"], sol["weights_gib"], sol["adam_gib"], sol["kv_gib"]]
     grading.check("01.memory", *answers)
-    assert sol["n_params"] == nb01.qwen_params() == 7_615_616_512      # Qwen2.5-7B's published count
+    assert sol["n_params"] == registry.key("01.memory")["n_params"] == 7_615_616_512   # Qwen2.5-7B's published count
     assert abs(sol["kv_gib"] - 7.0) < 1e-9                              # 7 GiB exactly, not 7.516 GB
     no_bias = answers[0] - 28 * (3584 + 2 * 4 * 128)
     _fails("01.memory", no_bias, *[a * no_bias / answers[0] for a in answers[1:3]], answers[3],
@@ -202,7 +204,7 @@ def test_02_rescue_scale():
                     "import torch\nfrom course_kit import amp\nfrom course_kit.models import tiny_gpt\n")
     k = sol["LOG2_SCALE"]
     grading.check("02.rescue_scale", sol["PREDICTED_LOG2"], k, sol["DOUBLED"])
-    assert k == nb02.rescue_log2() and 0 < k < 20
+    assert k == registry.key("02.rescue_scale")["log2"] and 0 < k < 20
     _fails("02.rescue_scale", 0, k - 1, "C", says="still zero or subnormal", hides=(f"2**{k}",))
     _fails("02.rescue_scale", 0, k + 1, "C", says="not the smallest", hides=(f"2**{k},",))
     _fails("02.rescue_scale", 0, k, "B", says="DOUBLED")

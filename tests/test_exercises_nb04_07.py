@@ -10,7 +10,7 @@ import pytest
 from grading_fixtures import fails as _fails, judge_verdicts, shows as _shows, solution_namespace as _solution
 
 from course_kit import grading, nbbuild
-from course_kit.grading.checks import nb04, nb05, nb06, nb07, registry
+from course_kit.grading.checks import nb04, nb05, nb06, registry
 
 registry.load_hidden(Path(nbbuild.PROJECT) / "instructor" / "hidden_checks", {"04", "05", "06", "07"})
 
@@ -21,7 +21,7 @@ TRAP_TRUTH = {"jit.trace": "refused", "jit.script": "correct", "fx": "silently w
 
 
 def test_04_trap_measures_what_the_notebook_says():
-    assert nb04.trap_statuses() == TRAP_TRUTH
+    assert registry.key("04.silent_trap")["measured"] == TRAP_TRUTH    # measured: test_answer_keys.py
 
 
 def test_04_notebook_and_checker_share_the_trap():
@@ -108,7 +108,7 @@ def test_05_choose_buckets_stub_says_not_implemented():
 # ---- 05.bucket_waste ----------------------------------------------------------------------------
 
 def _waste():
-    a = nb05.waste_answers()
+    a = registry.key("05.bucket_waste")             # measured with buckets.bucket_cost: test_answer_keys.py
     return a["waste"], a["worst"], a["extra"]
 
 
@@ -202,22 +202,9 @@ def test_06_prefix_admit_names_the_type():
     _fails("06.prefix_admit", lambda *a: tuple(_variant()(*a)) or None, says="expected a list")
 
 
-def test_06_every_kept_random_case_matches_the_engine():
-    # the filter in specs() keeps cases where the task's rule and the engine agree; it must not have
-    # thrown many away (else the task's rule would be wrong)
-    import random
-    rng, kept = random.Random(6), 0
-    for _ in range(200):
-        spec = nb06._random_spec(rng)
-        kept += nb06._model_admit(*nb06.case_of(spec)) == nb06.engine_admit(spec)
-    assert kept >= 195
-
-
-# ---- 06.first_preempt ---------------------------------------------------------------------------
-
 def test_06_first_preempt():
-    step, victim = nb06.first_preemption()
-    assert step > 1 and 0 <= victim < 6
+    key = registry.key("06.first_preempt")        # checked against the engine in test_exercise_tables.py
+    step, victim = key["step"], key["victim"]
     for predicted in (1, 100):
         grading.check("06.first_preempt", predicted, step, victim)
     msg = _fails("06.first_preempt", 10, step + 1, victim, says="STEP")
@@ -226,6 +213,9 @@ def test_06_first_preempt():
     _fails("06.first_preempt", 10, step, (victim + 1) % 6, says="VICTIM")
     _fails("06.first_preempt", 10, float(step), victim, says="expected an int")
     _fails("06.first_preempt", None, step, victim, says="PREDICTED_STEP")
+    # every wrong field at once, still without the right values
+    msg = _fails("06.first_preempt", 10, step + 2, (victim + 1) % 6, says="STEP")
+    assert "VICTIM" in msg and f"{step}" not in msg.replace(f"found {step + 2}", "")
 
 
 def test_06_first_preempt_workload_matches_the_notebook():
@@ -249,19 +239,15 @@ def test_07_async_bound_solution_passes_with_its_hidden_check(async_bound):
     grading.check("07.async_bound_hidden", async_bound)
 
 
-def test_07_replay_matches_the_synthetic_async_timeline():
-    from course_kit.streams.timeline import Timeline
-    sync, async_ = nb07.predict_pair()
-    lo, hi = Timeline.from_records(async_).window()
-    assert nb07.replay_async(sync, 1.25) == pytest.approx(hi - lo, rel=1e-12)
-
-
 def test_07_async_bound_near_misses(async_bound):
     def no_slowdown(spans, slowdown):
         return async_bound(spans, 1.0)
 
     def unbounded_lookahead(spans, slowdown):
-        host, dev = nb07._steps(spans)
+        host, dev = {}, {}
+        for s in spans:
+            (host if s["lane"] == "cpu" else dev)[int(s["name"].split()[-1])] = s["end_s"] - s["start_s"]
+        host, dev = [host[k] for k in sorted(host)], [dev[k] for k in sorted(dev)]
         prepared, done = 0.0, 0.0
         for c, g in zip(host, dev):
             prepared += slowdown * c
@@ -285,7 +271,7 @@ def test_07_async_bound_near_misses(async_bound):
 # ---- 07.overlap_predict -------------------------------------------------------------------------
 
 def test_07_overlap_predict():
-    a = nb07.predict_answers()
+    a = registry.key("07.overlap_predict")         # checked against Timeline in test_exercise_tables.py
     answers = [a["idle_sync"], a["idle_async"], a["bound"], a["speedup"]]
     assert a["speedup"] < a["bound"]
     grading.check("07.overlap_predict", {"speedup": 1.6}, *answers, "C")
@@ -296,6 +282,9 @@ def test_07_overlap_predict():
         assert not _shows(msg, answers[i])
     _fails("07.overlap_predict", {"x": 1}, *answers, None, says="CAUSE: expected one of")
     _fails("07.overlap_predict", None, *answers, "C", says="PREDICTED")
+    msg = _fails("07.overlap_predict", {"x": 1}, answers[0] * 1.01, answers[1], answers[2] * 1.01, answers[3], "C",
+                 says="IDLE_SYNC")                 # every wrong field at once
+    assert "BOUND" in msg and "IDLE_ASYNC" not in msg and not _shows(msg, answers[2])
 
 
 def test_07_overlap_predict_timelines_match_the_notebook():

@@ -120,10 +120,16 @@ def test_09_column_backward_is_not_shown_above_the_exercise():
 
 # ---- 09.interleaved_bubble ----------------------------------------------------------------------
 
+def _bubble_peak():
+    """The key's values (test_answer_keys.py measures them with the schedule simulation)."""
+    key = registry.key("09.interleaved_bubble")
+    return key["bubble"], key["peak"]
+
+
 def test_09_interleaved_bubble_solution_passes():
     ns = _solution("09", "09.interleaved_bubble")
     grading.check("09.interleaved_bubble", ns["PREDICTED_BUBBLE"], ns["BUBBLE"], ns["PEAK_RANK0"], ns["WHY"])
-    bubble, peak = nb09.interleaved_measurement()
+    bubble, peak = _bubble_peak()
     for predicted in (0.0, 0.5, 3):              # the prediction is recorded, not graded
         grading.check("09.interleaved_bubble", predicted, bubble, peak, "a")
     grading.check("09.interleaved_bubble", 0.1, bubble, peak, " A ")
@@ -138,12 +144,12 @@ def test_09_interleaved_bubble_is_measured_on_values_not_shown_above():
     assert shown and all((int(a or c), int(b or d)) != (p, m) for a, b, c, d in shown)
     # the measurement differs from plain 1F1B's in both answers, so neither is the lesson's number
     plain = schedules.simulate("1f1b", p, m)
-    bubble, peak = nb09.interleaved_measurement()
+    bubble, peak = _bubble_peak()
     assert bubble < schedules.bubble_of(plain) and peak > schedules.peak_in_flight(plain, 0)
 
 
 def test_09_interleaved_bubble_near_misses_fail():
-    bubble, peak = nb09.interleaved_measurement()
+    bubble, peak = _bubble_peak()
     plain = schedules.simulate("1f1b", nb09.BUBBLE_P, nb09.BUBBLE_M)
     msg = _fails("09.interleaved_bubble", 0.2, bubble * 1.01, peak, "a", says="BUBBLE")
     assert not _shows(msg, bubble)
@@ -182,7 +188,7 @@ def rung():
 def test_10_first_rung_solution_passes(rung):
     nb10, ns = rung
     grading.check("10.first_rung", ns["PREDICTED_ENGINE_STEPS"], ns["HF_FORWARDS"], ns["ENGINE_STEPS"], ns["WHY"])
-    assert ns["ENGINE_STEPS"] == nb10.engine_steps()
+    assert ns["ENGINE_STEPS"] == registry.key("10.first_rung")["engine_steps"]   # counted by the solution's engine run
     for predicted in (0, 1000):                  # the prediction is recorded, not graded
         grading.check("10.first_rung", predicted, ns["HF_FORWARDS"], ns["ENGINE_STEPS"], "a")
 
@@ -191,8 +197,9 @@ def test_10_hf_forwards_is_counted_on_hf_generate(rung):
     """The checker's count of HF generate's forward passes equals a forward hook's count (the
     notebook's solution counts with a hook), and the engine needs fewer on this workload."""
     nb10, ns = rung
-    assert ns["HF_FORWARDS"] == nb10.hf_forwards()
-    assert nb10.engine_steps() < nb10.hf_forwards()
+    key = registry.key("10.first_rung")
+    assert ns["HF_FORWARDS"] == key["hf_forwards"]
+    assert key["engine_steps"] < key["hf_forwards"]
 
 
 def test_10_first_rung_workload_matches_the_notebook(rung):

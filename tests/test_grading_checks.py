@@ -107,12 +107,45 @@ def test_failure_renders_without_traceback():
 
 
 def test_full_feedback_shows_the_expected_value_and_short_does_not():
-    from course_kit.grading.checks import codec, nb01, probing, verdict
+    from course_kit.grading.checks import codec, probing, verdict
     spec = registry.get("01.memory")
-    n = nb01.qwen_params()
+    n = registry.key("01.memory")["n_params"]
     plan = {"cases": None, "instantiate": False, "probe": None}
-    answer = codec.roundtrip(probing.probe(plan, (n + 1, 1.0, 1.0, 1.0)))
+    answer = codec.roundtrip(probing.probe(plan, (n + 1, (n + 1) * 2 / 2**30, (n + 1) * 16 / 2**30, 7.0)))
     short = verdict.outcome(spec, answer, level="short")
     full = verdict.outcome(spec, answer, level="full")
     assert short[0] == full[0] == "failed"
     assert "expected" not in short[1] and f"(expected {n})" in full[1], (short, full)
+
+
+# ---- NaN in the judge's tensor comparison (issue 39) ----------------------------------------------
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_nan_answer_never_matches_a_number_and_nan_matches_nan(exact):
+    from course_kit.grading.checks import feedback
+    nan = float("nan")
+    want = torch.tensor([1.0, 2.0, 3.0])
+    for found in (torch.tensor([nan, 2.0, 3.0]), torch.full((3,), nan)):
+        with pytest.raises(grading.Wrong, match="NaN where the right value is a number"):
+            feedback.tensor(found, want, "x", exact=exact)
+    with pytest.raises(grading.Wrong, match="1 of 3 values are wrong"):      # a number where NaN is right
+        feedback.tensor(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, nan, 3.0]), "x", exact=exact)
+    # NaN means "no number here" in both: the same positions pass, exactly or within tolerance
+    feedback.tensor(torch.tensor([1.0, nan, 3.0]), torch.tensor([1.0, nan, 3.0]), "x", exact=exact)
+    feedback.tensor(torch.tensor([float("inf"), -float("inf")]), torch.tensor([float("inf"), -float("inf")]), "x",
+                    exact=exact)
+
+
+def test_feedback_fields_names_every_wrong_field_and_keeps_expected_apart():
+    from course_kit.grading.checks import feedback
+    wrong = feedback.Fields()
+    with wrong.field():
+        feedback.number(1.0, 2.0, "A")
+    with wrong.field():
+        feedback.number(3.0, 3.0, "B")
+    with wrong.field():
+        feedback.expect(False, "C: wrong", "zz", "y")
+    with pytest.raises(grading.Wrong) as info:
+        wrong.done()
+    assert info.value.render("short") == "A: 1 is not within 1e-07% of the right value; C: wrong: found 'y'"
+    assert info.value.render("full").endswith("(expected 2; 'zz')")

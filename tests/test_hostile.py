@@ -24,8 +24,65 @@ pytestmark = pytest.mark.skipif(sandbox.mode().kind == "none", reason="no sandbo
 HALF = "import torch\ndef half(x):\n    return x * 0.5"
 HONEST = {**SOLUTIONS, "99.half": HALF}
 FULL = 4          # 99.add 2, 99.square 1, 99.half 1
-LIMITS = sandbox.Limits(cell_timeout=20, total_timeout=150, memory_bytes=2 << 30)
+DISK_MB = 64
+LIMITS = sandbox.Limits(cell_timeout=20, total_timeout=150, memory_bytes=2 << 30, disk_bytes=DISK_MB << 20)
 SECRET_TEXT = "TOP-SECRET-do-not-echo"
+
+# A student who controls their kernel can write any answer files: here `check(id, ...)` writes a forged
+# answer folder for the exercises in FORGED (id -> the body that writes it into `d`) instead of the
+# recorded one, and records the others honestly.
+FORGE = (
+    "import json, os, pathlib\nimport numpy as np\nimport course_kit.grading as g\n_record = g._record\n"
+    "def _forge(exercise_id, values, folder):\n"
+    "    if exercise_id not in FORGED:\n        return _record(exercise_id, values, folder)\n"
+    "    d = pathlib.Path(folder) / 'answers' / exercise_id\n    d.mkdir(parents=True, exist_ok=True)\n"
+    "    FORGED[exercise_id](d)\n"
+    "def answer(d, tree, n=0):\n"
+    "    (d / 'answer.json').write_text(json.dumps({'tree': tree, 'arrays': n}))\n"
+    "g._record = _forge\n")
+FORGERIES = {   # each makes the checkers' decoder raise another exception type
+    "type_error": ("def type_error(d):\n    np.save(d / 'a0.npy', np.array(['a', 'b']))\n"     # text as a tensor
+                   "    answer(d, {'results': [{'$tensor': 0, 'dtype': 'torch.float32', 'shape': [2]}, 0, 42]}, 1)\n"),
+    "runtime_error": ("def runtime_error(d):\n    np.save(d / 'a0.npy', np.zeros(3, np.uint8))\n"   # 3 bytes as bf16
+                      "    answer(d, {'values': [{'$tensor': 0, 'dtype': 'torch.bfloat16', 'shape': [1]}]}, 1)\n"),
+    "value_error": "def value_error(d):\n    answer(d, {'results': [{'$bigint': '12x'}, 0, 42]})\n",
+    "recursion": ("def recursion(d):\n    (d / 'answer.json').write_text('{\"tree\": ' + '[' * 100000 + "
+                  "']' * 100000 + ', \"arrays\": 0}')\n"),
+    "huge_header": ("def huge_header(d):\n    head = np.lib.format.header_data_from_array_1_0(np.zeros(1))\n"
+                    "    head['shape'] = (10 ** 12,)\n    with open(d / 'a0.npy', 'wb') as f:\n"   # 8 TB declared
+                    "        np.lib.format.write_array_header_1_0(f, head)\n        f.write(bytes(8))\n"
+                    "    answer(d, {'results': [{'$ndarray': 0}, 0, 42]}, 1)\n"),
+    # the right squares, and one 15 MiB array referenced 1,000 times: decoded once and shared, never
+    # copied (a copy per reference would be 15 GiB, far past the checkers' 2 GiB cap)
+    "repeated_refs": ("def repeated_refs(d):\n    np.save(d / 'a0.npy', np.ones(15 << 18, np.float32))\n"
+                      "    answer(d, {'values': [[0, 1, 4, 9, 16]], 'junk': [{'$ndarray': 0}] * 1000}, 1)\n"),
+}
+# student: (forgery of 99.add, forgery of 99.square); 99.half is answered honestly
+FORGERS = {"forge_a": ("type_error", "runtime_error"), "forge_b": ("value_error", "recursion"),
+           "forge_c": ("huge_header", "repeated_refs")}
+
+
+def _forger(add: str, square: str) -> str:
+    return (FORGE + FORGERIES[add] + FORGERIES[square] +
+            f"FORGED = {{'99.add': {add}, '99.square': {square}}}\n" + SOLUTIONS["99.add"])
+
+
+# writes 1 MiB at a time into its answers folder and /tmp until the disk cap stops it (at most 4x the
+# cap, should there be none), then frees the space: it earns 99.add only where both caps held
+QUOTA_WRITER = (
+    "import os\nwritten = {}\n"
+    "for folder in [os.environ['COURSE_KIT_GRADE'] + '/answers', '/tmp']:\n"
+    "    n = 0\n    try:\n        while n < 4 * %d:\n"
+    "            with open(f'{folder}/junk{n}', 'wb') as f:\n                f.write(bytes(1 << 20))\n"
+    "            n += 1\n    except OSError:\n        pass\n"
+    "    written[folder] = n\n    for i in range(n + 1):\n"
+    "        try:\n            os.remove(f'{folder}/junk{i}')\n        except OSError:\n            pass\n"
+    "def add(a, b):\n    return a + b if max(written.values()) <= %d else 0") % (DISK_MB, DISK_MB)
+# every command line and environment in the sandbox: none may show the grader's scratch paths
+PROC_READER = (
+    "import glob\nseen = ''\nfor p in glob.glob('/proc/[0-9]*/cmdline') + glob.glob('/proc/[0-9]*/environ'):\n"
+    "    try:\n        seen += open(p, 'rb').read().decode('utf-8', 'replace')\n    except OSError:\n        pass\n"
+    "squares = [i * i for i in range(5)] if 'course-kit-grade' not in seen and '/job-' not in seen else [0]")
 
 
 def _server():
@@ -91,10 +148,20 @@ def _students(root, student_nb, port):
         "try:\n    import importlib\n    m = importlib.import_module('_course_kit_hidden_nb99')\n"
         "    found.append(inspect.getsource(m))\nexcept Exception:\n    pass\n"
         "def add(a, b):\n    return a + b if found else 0")})
-    # symlinks: to a peer's notebook and to a root-only file
+    # symlinks: to a peer's notebook and to a root-only file; a hard link to a peer's notebook
     for name, target in (("link_peer", peer), ("link_secret", secret)):
         (subs / name).mkdir(parents=True)
         os.symlink(target, subs / name / NAME)
+    # a hard link to a full-marks notebook of a peer from elsewhere (not graded in this run: a file with
+    # two names is refused under both, since which name came first cannot be told)
+    elsewhere = submit(root / "elsewhere", "peer", fill(student_nb, HONEST))
+    (subs / "hardlink").mkdir(parents=True)
+    os.link(elsewhere, subs / "hardlink" / NAME)
+    # forged answer files, each raising another exception in the checkers' decoder; a quota filler and
+    # a reader of every command line (full marks only where the caps and the sandbox held)
+    for name, (forged_add, forged_square) in FORGERS.items():
+        add(name, {**HONEST, "99.add": _forger(forged_add, forged_square)})
+    add("quota_proc", {**HONEST, "99.add": QUOTA_WRITER, "99.square": PROC_READER})
     # malformed metadata: a list as exercise id; a duplicated solution cell; bad JSON; nbformat 3
     bad = fill(student_nb, HONEST)
     bad.cells[3].metadata["course_kit"]["exercise"] = ["99.add"]
@@ -180,7 +247,8 @@ EXPECTED = {
     "reader": FULL - 2, "transformer": 0, "patcher": 0, "copier": FULL - 2,
     "link_peer": 0, "link_secret": 0, "list_id": 0, "duplicate": FULL - 2, "bad_json": 0, "nbformat3": 0,
     "sigint_loop": 0, "fork_hog": FULL - 1, "network": FULL - 2, "leaver": FULL, "finder": FULL - 1,
-    "exiter": 0, "oversized": 0,
+    "exiter": 0, "oversized": 0, "hardlink": 0,
+    "forge_a": FULL - 3, "forge_b": FULL - 3, "forge_c": FULL - 2, "quota_proc": FULL,
 }
 
 
@@ -198,11 +266,13 @@ def test_every_student_gets_exactly_the_points_earned(graded):
 
 def test_malformed_and_linked_files_are_error_rows_with_one_line_reasons(graded):
     rows, _, _ = graded
-    for student, says in [("link_peer", "symbolic link"), ("link_secret", "symbolic link"),
+    link = "99_selftest.ipynb is a link (symbolic or hard); only files that are not links are graded"
+    for student, says in [("link_peer", link), ("link_secret", link), ("hardlink", link),
                           ("list_id", "exercise id in its metadata"), ("bad_json", "not valid JSON"),
-                          ("nbformat3", "nbformat 3"), ("oversized", "MB cap")]:
+                          ("nbformat3", "nbformat 3"), ("oversized", "over the size cap (3.0 of at most 2 MiB)")]:
         for r in (r for r in rows if r["student"] == student):
             assert r["status"] == "error" and says in r["message"], (student, r["message"])
+            assert "\n" not in r["message"] and "Traceback" not in r["message"]
     assert _row(rows, "duplicate", "99.add")["status"] == "error"
     assert "two cells" in _row(rows, "duplicate", "99.add")["message"]
 
@@ -228,3 +298,47 @@ def test_memory_cap_covers_forked_children(graded):
         pytest.skip(f"memory cap here: {sandbox.mode().memory} (per process)")
     rows, _, _ = graded
     assert _row(rows, "fork_hog", "99.half")["points"] == "0"
+
+
+def test_a_forged_answer_costs_its_own_exercise_only_with_a_one_line_reason(graded):
+    rows, _, _ = graded
+    says = {("forge_a", "99.add"): "a tensor's data must be plain numbers",
+            ("forge_a", "99.square"): "cannot be a torch.bfloat16",
+            ("forge_b", "99.add"): "malformed big integer",
+            ("forge_b", "99.square"): "answer.json is not valid JSON (RecursionError)",
+            ("forge_c", "99.add"): "over the 16 MiB of one array"}
+    for (student, exercise), text in says.items():
+        r = _row(rows, student, exercise)
+        assert r["status"] == "error" and text in r["message"], (student, exercise, r["message"])
+        assert "Traceback" not in r["message"] and len(r["message"]) < 400
+    for student in FORGERS:
+        assert _row(rows, student, "99.half")["status"] == "passed"
+    assert _row(rows, "forge_c", "99.square")["status"] == "passed"      # 1,000 references, decoded once
+
+
+# ---- a CPU hog next to an honest notebook ---------------------------------------------------------
+
+HOG = ("import os, signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+       "for _ in range(32):\n    if os.fork() == 0:\n        os.setsid()\n        while True:\n            pass\n"
+       "while True:\n    pass")
+# about a CPU-second of work, then the honest answer: alone it takes a second or two, next to 33 busy
+# processes with no CPU cap it would get 2 of their 34 shares of this 2-core machine
+BUSY_HONEST = "total = sum(i * i for i in range(12_000_000))\ndef add(a, b):\n    return a + b"
+CPU_LIMITS = sandbox.Limits(cell_timeout=12, total_timeout=60, memory_bytes=1 << 30, cpus=1.0)
+
+
+def test_a_cpu_hog_does_not_starve_an_honest_neighbour(tmp_path):
+    if not sandbox.mode().cpu.startswith("cgroup"):
+        pytest.skip(f"no CPU cap here: {sandbox.mode().cpu}")
+    source = write_course(tmp_path)
+    release.release(source, tmp_path / "release")
+    student_nb = nbformat.read(str(tmp_path / "release" / NAME), as_version=4)
+    subs = tmp_path / "subs"
+    submit(subs, "hog", fill(student_nb, {**SOLUTIONS, "99.add": HOG}))
+    submit(subs, "honest", fill(student_nb, {**SOLUTIONS, "99.add": BUSY_HONEST}))
+    rows = grade.grade(subs, tmp_path / "out" / "gradebook.csv", source, workers=2, limits=CPU_LIMITS,
+                       log=lambda _: None)
+    by = {(r.student, r.exercise): r for r in rows}
+    assert by["honest", "99.add"].status == "passed", by["honest", "99.add"].message
+    assert by["honest", "99.square"].status == "passed"
+    assert by["hog", "99.add"].status == "timeout" and by["hog", "99.add"].points == 0

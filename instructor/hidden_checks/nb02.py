@@ -42,3 +42,10 @@ def unscale_clip_hidden(fn) -> None:
             raise grading.Wrong(f"{what}: expected a list of {len(want)} tensors, found {feedback.describe(found)}")
         for i, (f, w) in enumerate(zip(found, want)):
             feedback.tensor(f, w, f"{what}, gradient {i}", rtol=2e-6, atol=0.0)
+
+
+# ---- 02.rescue_scale: the answer key ---
+# Mean-reduced cross-entropy: each logit's gradient carries 1 / (batch x tokens), so twice the batch
+# halves every gradient and needs twice the scale to stay normal in fp16: C. (LOG2_SCALE, 7 here, is
+# checked by measuring at 2**k and 2**(k-1); tests/test_answer_keys.py measures both.)
+grading.answer_key("02.rescue_scale", log2=7, doubled="C")

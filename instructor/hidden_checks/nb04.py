@@ -35,3 +35,12 @@ def silent_trap_hidden(cause) -> None:
     found = feedback.choice(cause, "CAUSE", TRAP_CAUSES)
     grading.expect(found == CAUSE_ANSWER, "CAUSE: that is not why the silently wrong captures are wrong",
                    CAUSE_ANSWER, cause)
+
+
+# ---- 04.silent_trap: the answer key ---
+# What capture.probe(method, counter_trap()).status measures for each capture method on the counter
+# trap (a module whose output reads a Python counter it increments): fx and export read the counter
+# once, at capture, and keep its value as a constant (silently wrong; the hidden CAUSE letter says so).
+# tests/test_answer_keys.py measures all four again.
+grading.answer_key("04.silent_trap", measured={"jit.trace": "refused", "jit.script": "correct",
+                                               "fx": "silently wrong", "export": "silently wrong"})

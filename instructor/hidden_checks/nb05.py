@@ -21,6 +21,10 @@ def choose_buckets_hidden(fn) -> None:
     judge_buckets(fn, _named())
 
 
+# ---- 05.bucket_waste: the answer key ---
+# Measured with buckets.bucket_cost on the task's trace (waste_trace(): 300 requests, Poisson at 10/s,
+# seed 5) and the sizes [1, 2, 4, 8]; tests/test_answer_keys.py measures it again.
+grading.answer_key("05.bucket_waste", waste=0.18962477965248048, worst=8, extra=5)
 # ---- 05.read_trace: the values, judged from the table the answer names ---------------------------
 from course_kit.grading.checks import feedback as _fb   # noqa: E402
 from course_kit.grading.checks.nb05 import FIXES, trace_table   # noqa: E402

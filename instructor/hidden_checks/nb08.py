@@ -37,3 +37,13 @@ CAUSE_ANSWER = "C"   # both counts grow as S squared: see the options in the not
 def causal_traffic_hidden(cause) -> None:
     found = feedback.choice(cause, "CAUSE", CHOICES)
     grading.expect(found == CAUSE_ANSWER, "CAUSE names the wrong reason", CAUSE_ANSWER, cause)
+
+
+# ---- 08.causal_traffic: the answer key ---
+# Tiles at S = 1950, BLOCK_M = 128, BLOCK_N = 64, causal: query blocks 0..14 end at row 128 i + 127 and
+# need key blocks 0..2 i + 1 (2 i + 2 tiles: 240 in all); the ragged block 15 ends at row 1949 and
+# needs key blocks 0..30 (31 tiles): 271. Ratios: io_complexity.standard_accesses / kernel_accesses at
+# S = 2048 ... 16384 (d = 128); their limit: standard causal ~ 6 S^2, the kernel ~ d S^2 / BLOCK_M, so
+# 6 x 128 / 128 = 6. tests/test_answer_keys.py computes them again.
+grading.answer_key("08.causal_traffic", tiles=271,
+                   ratios=[5.260994656802302, 5.59875027895559, 5.79036959309782, 5.892778340986344], limit=6.0)

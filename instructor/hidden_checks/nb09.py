@@ -28,3 +28,10 @@ WHY_ANSWER = "a"   # the fill and drain take 1/v of the time; the useful work st
 def interleaved_bubble_hidden(why) -> None:
     found = feedback.choice(why, "WHY", WHY_CHOICES)
     grading.expect(found == WHY_ANSWER, "WHY: that is not why interleaving shrinks the bubble here", WHY_ANSWER, why)
+
+
+# ---- 09.interleaved_bubble: the answer key ---
+# p = 5 stages, m = 10 micro-batches, v = 2 chunks: the bubble is (p - 1) / (v m + p - 1) = 4 / 24;
+# rank 0 holds at most 7 micro-batches' activations (schedules.simulate and peak_in_flight;
+# tests/test_answer_keys.py measures both again).
+grading.answer_key("09.interleaved_bubble", bubble=1 / 6, peak=7.0)

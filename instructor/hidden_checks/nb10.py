@@ -15,3 +15,11 @@ def first_rung_hidden(why) -> None:
     found = feedback.choice(why, "WHY", RUNG_CHOICES)
     grading.expect(found == WHY_ANSWER, "WHY: that is not why the engine needs fewer forward passes here",
                    WHY_ANSWER, why)
+
+
+# ---- 10.first_rung: the answer key ---
+# HF generate in static batches of 4 runs each batch to its longest output (one prefill and
+# longest - 1 decodes): max(3, 40, 6, 33) + max(2, 38, 5, 30) = 40 + 38 = 78 forward passes. The
+# engine, 4 slots and 64 tokens a step, takes 43 steps (counted with the engine; tests/test_answer_keys.py
+# counts them again, and HF's forwards with a hook).
+grading.answer_key("10.first_rung", hf_forwards=78, engine_steps=43)

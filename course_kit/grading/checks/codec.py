@@ -22,7 +22,9 @@ import numpy as np
 MAX_DEPTH = 12
 MAX_ITEMS = 200_000            # JSON nodes in one answer
 MAX_JSON_BYTES = 8 << 20
-MAX_ARRAY_BYTES = 64 << 20     # all arrays of one answer together
+MAX_ARRAY_BYTES = 16 << 20     # one array
+MAX_ANSWER_BYTES = 64 << 20    # all arrays of one answer together
+MAX_TOTAL_BYTES = 256 << 20    # all answers one checker process reads (codec.Budget)
 _ARRAY_NAME = re.compile(r"^a\d{1,6}\.npy$")
 # torch dtypes numpy has no type for travel as same-width integers, with their torch name beside them.
 _VIEW_AS = {"torch.bfloat16": "int16", "torch.float8_e4m3fn": "uint8", "torch.float8_e5m2": "uint8",
@@ -110,8 +112,10 @@ def encode(value: Any) -> tuple[Any, list[np.ndarray]]:
         return {"$opaque": type(v).__name__}
 
     tree = enc(value, 0)
-    if sum(a.nbytes for a in arrays) > MAX_ARRAY_BYTES:
-        raise AnswerError(f"the answer's arrays exceed {MAX_ARRAY_BYTES >> 20} MiB")
+    if any(a.nbytes > MAX_ARRAY_BYTES for a in arrays):
+        raise AnswerError(f"an array of the answer exceeds {MAX_ARRAY_BYTES >> 20} MiB")
+    if sum(a.nbytes for a in arrays) > MAX_ANSWER_BYTES:
+        raise AnswerError(f"the answer's arrays exceed {MAX_ANSWER_BYTES >> 20} MiB together")
     return tree, arrays
 
 
@@ -128,8 +132,18 @@ def _torch_if_loaded() -> Any:
 
 
 def decode(tree: Any, arrays: list[np.ndarray]) -> Any:
-    """The value back from `encode`'s output (tensors become torch tensors again)."""
+    """The value back from `encode`'s output (tensors become torch tensors again). An array referenced
+    more than once (only a forged answer does that) is decoded once and shared, never copied."""
     count = [0]
+    memo: dict[int, tuple[Any, Any]] = {}
+
+    def shared(index: Any, declared: Any, make) -> Any:
+        array = _array(arrays, index)
+        if index not in memo:
+            memo[index] = (declared, make(array))
+        elif memo[index][0] != declared:
+            raise AnswerError(f"array {index} is referenced twice with different types")
+        return memo[index][1]
 
     def dec(v: Any, depth: int) -> Any:
         count[0] += 1
@@ -155,7 +169,10 @@ def decode(tree: Any, arrays: list[np.ndarray]) -> Any:
                     raise AnswerError(f"a dict key cannot be used as a key: {exc}") from None
             return out
         if "$bigint" in v:
-            return int(_str(v["$bigint"])[:5000])
+            text = _str(v["$bigint"])
+            if not re.fullmatch(r"-?\d{1,4000}", text):
+                raise AnswerError(f"malformed big integer {text[:20]!r}")
+            return int(text)
         if "$float" in v:
             text = _str(v["$float"])
             if text not in ("nan", "inf", "-inf"):
@@ -166,9 +183,10 @@ def decode(tree: Any, arrays: list[np.ndarray]) -> Any:
         if "$opaque" in v:
             return Opaque(_str(v["$opaque"]))
         if "$ndarray" in v:
-            return _array(arrays, v["$ndarray"]).copy()
+            return shared(v["$ndarray"], "ndarray", lambda a: a)
         if "$tensor" in v:
-            return _tensor(_array(arrays, v["$tensor"]), v.get("dtype"), v.get("shape"))
+            declared = (v.get("dtype"), json.dumps(v.get("shape"))[:200])
+            return shared(v["$tensor"], declared, lambda a: _tensor(a, v.get("dtype"), v.get("shape")))
         return {str(k): dec(x, depth + 1) for k, x in v.items()}
 
     return dec(tree, 0)
@@ -193,19 +211,28 @@ def _array(arrays: list[np.ndarray], index: Any) -> np.ndarray:
 
 
 def _tensor(array: np.ndarray, dtype: Any, shape: Any) -> Any:
+    """A tensor sharing the array's memory, after checking that its data can be one: plain numbers in
+    this machine's byte order, of the declared dtype and size (anything else is an AnswerError)."""
     import torch
     name = _str(dtype)
     if not name.startswith("torch.") or not isinstance(getattr(torch, name[6:], None), torch.dtype):
         raise AnswerError(f"unknown tensor dtype {name[:40]!r}")
-    t = torch.from_numpy(np.array(array, copy=True))
-    if name in _VIEW_AS:
-        t = t.view(getattr(torch, name[6:]))
+    kind = array.dtype
+    if kind.kind not in "biufc" or kind.fields is not None or kind.subdtype is not None or not kind.isnative:
+        raise AnswerError(f"a tensor's data must be plain numbers, found numpy dtype {str(kind)[:40]}")
+    if not (isinstance(shape, list) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                            for s in shape)):
+        raise AnswerError("malformed tensor shape")
+    try:
+        t = torch.from_numpy(np.ascontiguousarray(array))
+        if name in _VIEW_AS:
+            t = t.view(getattr(torch, name[6:]))
+    except (TypeError, RuntimeError, ValueError) as exc:   # a dtype torch cannot take, a view of the wrong width
+        raise AnswerError(f"tensor data of numpy dtype {kind} cannot be a {name} ({type(exc).__name__})") from None
     if str(t.dtype) != name:
         raise AnswerError(f"tensor data of dtype {t.dtype} does not match its declared dtype {name}")
-    if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
-        raise AnswerError("malformed tensor shape")
     if math.prod(shape) != t.numel():
-        raise AnswerError(f"tensor shape {shape} does not match its {t.numel()} elements")
+        raise AnswerError(f"tensor shape {shape[:8]} does not match its {t.numel()} elements")
     return t.reshape(shape)
 
 
@@ -229,48 +256,115 @@ def write(folder: Path, value: Any) -> None:
     os.replace(tmp, folder / "answer.json")
 
 
-def _read_regular(folder: Path, name: str, limit: int) -> bytes:
-    """A regular file directly in `folder`, opened without following links, at most `limit` bytes."""
-    path = os.path.join(folder, name)
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise AnswerError(f"{name} is not a regular file")
-        if info.st_size > limit:
-            raise AnswerError(f"{name} is larger than {limit >> 20} MiB")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(limit + 1)
-    finally:
+class Budget:
+    """Bytes of arrays that one checker process may still read, over all the answers it judges: each
+    array's size is taken from this budget before the array is read."""
+
+    def __init__(self, total: int = MAX_TOTAL_BYTES):
+        self.total, self.left = total, total
+
+    def take(self, nbytes: int) -> None:
+        if nbytes > self.left:
+            raise AnswerError(f"the answers of this notebook together exceed {self.total >> 20} MiB of arrays")
+        self.left -= nbytes
+
+
+def _open_regular(folder: Path, name: str) -> int:
+    """A file directly in `folder`, opened without following links; it must be a regular file."""
+    fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-    if len(data) > limit:
-        raise AnswerError(f"{name} is larger than {limit >> 20} MiB")
+        raise AnswerError(f"{name} is not a regular file")
+    return fd
+
+
+def _read_fd(fd: int, size: int, name: str) -> bytearray:
+    """Exactly `size` bytes (a writable buffer), or an AnswerError if the file holds more or fewer."""
+    data = bytearray(size)
+    view, got = memoryview(data), 0
+    while got < size:
+        n = os.readv(fd, [view[got:]])
+        if n == 0:
+            break
+        got += n
+    if got != size or os.read(fd, 1):
+        raise AnswerError(f"{name} changed size while it was read")
     return data
 
 
-def read(folder: Path) -> Any:
-    """Read an answer folder written by `write` (by a hostile process: checked at every step)."""
+def _read_regular(folder: Path, name: str, limit: int) -> bytes:
+    """A regular file directly in `folder`, opened without following links, at most `limit` bytes."""
+    fd = _open_regular(folder, name)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise AnswerError(f"{name} is larger than {limit >> 20} MiB")
+        return bytes(_read_fd(fd, size, name))
+    finally:
+        os.close(fd)
+
+
+def _read_npy(folder: Path, name: str, caps: dict[str, int], budget: Budget) -> np.ndarray:
+    """One .npy file as an array sharing its buffer: its header is parsed first, and the size it
+    declares is checked against the caps (one array, this answer, the whole run) before any data is
+    read. Only plain dtypes (no objects, so no pickle) are accepted."""
+    fd = _open_regular(folder, name)
+    try:
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, min(size, 1 << 16), 0)
+        try:
+            stream = io.BytesIO(head)
+            version = np.lib.format.read_magic(stream)
+            if version not in ((1, 0), (2, 0)):
+                raise ValueError(f"format version {version}")
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read(stream)
+        except Exception as exc:  # malformed header: ValueError, SyntaxError, ... all of them the answer's error
+            raise AnswerError(f"{name} is not a plain .npy array ({type(exc).__name__})") from None
+        if dtype.hasobject:
+            raise AnswerError(f"{name} is not a plain .npy array (it holds objects)")
+        nbytes = math.prod(shape) * dtype.itemsize
+        offset = stream.tell()
+        if nbytes > MAX_ARRAY_BYTES:
+            raise AnswerError(f"{name} declares {nbytes >> 20} MiB, over the {MAX_ARRAY_BYTES >> 20} MiB of one array")
+        if nbytes > caps["answer"]:
+            raise AnswerError(f"the answer's arrays exceed {MAX_ANSWER_BYTES >> 20} MiB together")
+        if size != offset + nbytes:
+            raise AnswerError(f"{name} holds {size - offset} bytes of data for {nbytes} declared")
+        budget.take(nbytes)
+        caps["answer"] -= nbytes
+        os.lseek(fd, 0, os.SEEK_SET)
+        data = _read_fd(fd, size, name)
+    finally:
+        os.close(fd)
+    if nbytes == 0:
+        return np.empty(shape, dtype=dtype, order="F" if fortran else "C")
+    flat = np.frombuffer(data, dtype=dtype, count=math.prod(shape), offset=offset)
+    return flat.reshape(shape, order="F" if fortran else "C")
+
+
+def read(folder: Path, budget: Budget | None = None) -> Any:
+    """Read an answer folder written by `write` (by a hostile process: checked at every step).
+    `budget`: shared by every answer one checker process reads (a fresh one by default)."""
     folder = Path(folder)
+    budget = budget or Budget()
     info = os.lstat(folder)
     if not stat.S_ISDIR(info.st_mode):
         raise AnswerError("the answer is not a folder")
+    text = _read_regular(folder, "answer.json", MAX_JSON_BYTES)
     try:
-        head = json.loads(_read_regular(folder, "answer.json", MAX_JSON_BYTES))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        head = json.loads(text)
+    except (ValueError, RecursionError) as exc:   # JSONDecodeError, UnicodeDecodeError, an int of 5000 digits
         raise AnswerError(f"answer.json is not valid JSON ({type(exc).__name__})") from None
     if not isinstance(head, dict) or not isinstance(head.get("arrays"), int) or "tree" not in head:
         raise AnswerError("answer.json does not have the answer layout")
     count = head["arrays"]
     if not 0 <= count <= 10_000:
         raise AnswerError(f"answer.json declares {count} arrays")
-    arrays, budget = [], MAX_ARRAY_BYTES + (1 << 20)
+    caps = {"answer": MAX_ANSWER_BYTES}
+    arrays = []
     for i in range(count):
         name = f"a{i}.npy"
         assert _ARRAY_NAME.match(name)
-        data = _read_regular(folder, name, budget)
-        budget -= len(data)
-        try:
-            arrays.append(np.load(io.BytesIO(data), allow_pickle=False))
-        except Exception as exc:  # malformed header, object arrays (need pickle), truncated data
-            raise AnswerError(f"{name} is not a plain .npy array ({type(exc).__name__})") from None
+        arrays.append(_read_npy(folder, name, caps, budget))
     return decode(head["tree"], arrays)

@@ -26,6 +26,55 @@ class Wrong(AssertionError):
         return self.message
 
 
+class Fields:
+    """Every wrong field of an answer, reported together: each check runs in `with fields.field():`;
+    `done()` raises one Wrong whose message names every wrong field (in order, "; " between them) and
+    whose expected value (full feedback only) holds each field's.
+
+        wrong = Fields()
+        with wrong.field():
+            number(found, want, "BOUND")
+        ...
+        wrong.done()
+    """
+
+    def __init__(self) -> None:
+        self.wrong: list[Wrong] = []
+
+    def field(self) -> "_Field":
+        return _Field(self)
+
+    def done(self) -> None:
+        if len(self.wrong) == 1:
+            raise self.wrong[0]
+        if self.wrong:
+            raise Wrong("; ".join(w.message for w in self.wrong), expected=_Parts(self.wrong))
+
+
+class _Field:
+    def __init__(self, fields: Fields):
+        self.fields = fields
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, value, tb) -> bool:
+        if isinstance(value, Wrong):
+            self.fields.wrong.append(value)
+            return True
+        return False
+
+
+class _Parts:
+    """The expected values of several wrong fields (full feedback shows them one by one)."""
+
+    def __init__(self, wrong: list[Wrong]):
+        self.parts = [w.expected for w in wrong]
+
+    def __repr__(self) -> str:
+        return "; ".join(_short_repr(p) for p in self.parts)
+
+
 class StudentRaised(Exception):
     """The learner's function raised while the checker probed it."""
 
@@ -115,13 +164,20 @@ def tensor(found: Any, want: Any, what: str, rtol: float = 1e-6, atol: float = 1
     if dtype and found.dtype != want.dtype:
         raise Wrong(f"{what}: the dtype is wrong: found {found.dtype}, expected {want.dtype}")
     a, b = found.detach().to(torch.float64), want.detach().to(torch.float64)
+    # NaN: a NaN matches a NaN where the right value is NaN too (NaN means "no number here" in both,
+    # e.g. a NaN input passed through), and nothing else; a NaN where the right value is a number,
+    # or a number where it is NaN, is wrong, whether exact or within tolerance.
     if exact:
         same = (a == b) | (a.isnan() & b.isnan())
     else:
         same = torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
     if not bool(same.all()):
         bad = int((~same).sum())
+        nan = int((a.isnan() & ~b.isnan()).sum())
+        if nan:
+            raise Wrong(f"{what}: {bad} of {same.numel()} values are wrong, {nan} of them NaN where the right "
+                        "value is a number", expected=want)
         diff = (a - b).abs()
-        worst = float(diff[~same].nan_to_num(float("inf")).max()) if bad else 0.0
+        worst = float(diff[~same].nan_to_num(float("inf")).max())
         raise Wrong(f"{what}: {bad} of {same.numel()} values are wrong "
                     f"(largest difference {worst:.3g})", expected=want)

@@ -2,12 +2,14 @@
 
 - 00.decode_batch: predict, then measure with the course's roofline functions, the smallest batch at
   which a decode step's matrix-vector product becomes compute-bound on the H200 datasheet roofline;
-  then say what fp8 (1 byte per element, twice the peak) does to that batch.
+  then say what fp8 (1 byte per element, twice the peak) does to that batch. BATCH is checked by
+  what it must be (compute-bound, and the batch below it not), FP8's letter by the instructor's
+  answer key (instructor/hidden_checks/nb00.py): nothing here returns either answer.
 """
 from __future__ import annotations
 
 from course_kit import grading
-from course_kit.grading.checks import feedback
+from course_kit.grading.checks import feedback, registry
 
 OP = "matrix-vector (decode, n x n weights)"
 N = 8192
@@ -24,20 +26,6 @@ def is_compute_bound(batch: int, dtype: str = "bf16", n: int = N) -> bool:
     return roofline.place(cost, spec.hbm_gbs, {dtype: spec.tflops(dtype)})["bound"] == "compute"
 
 
-def crossing_batch(dtype: str = "bf16", n: int = N, limit: int = 1 << 16) -> int:
-    """The smallest batch that is compute-bound (the oracle), by the course's op_cost and place."""
-    for b in range(1, limit):
-        if is_compute_bound(b, dtype, n):
-            return b
-    raise RuntimeError(f"no batch below {limit} is compute-bound for {dtype} at n = {n}")
-
-
-def fp8_answer() -> str:
-    b16, b8 = crossing_batch("bf16"), crossing_batch("fp8")
-    r = b8 / b16
-    return "B" if abs(r - 1) < 0.1 else "A" if r < 0.75 else "C" if r < 3 else "D"
-
-
 HINT = """Measure with the functions behind the explorer: spec = device.peaks("H200"); cost =
 roofline.op_cost("matrix-vector (decode, n x n weights)", 8192, "bf16", batch); then
 roofline.place(cost, spec.hbm_gbs, {"bf16": spec.tflops("bf16")})["bound"], for batch = 1, 2, ...
@@ -51,17 +39,25 @@ def _int(found, what: str) -> int:
     return found
 
 
-@grading.exercise("00.decode_batch", hint=HINT)
+@grading.exercise("00.decode_batch", hint=HINT, keyed="FP8")
 def decode_batch(predicted, batch, fp8) -> None:
     """predicted: the batch guessed before measuring (recorded, not graded); batch: the smallest
     compute-bound batch; fp8: a letter."""
-    _int(predicted, "PREDICTED_BATCH (recorded, not graded)")
-    b = _int(batch, "BATCH")
-    want = crossing_batch()
-    if b < 1 or not is_compute_bound(b):
-        raise grading.Wrong(f"BATCH: at batch {b} the product is still memory-bound on the {GPU} datasheet roofline",
-                            expected=want)
-    grading.expect(b == want, f"BATCH: batch {b} is compute-bound, but it is not the smallest such batch", want, b)
-    if not (isinstance(fp8, str) and fp8.strip().upper() in CHOICES):
-        raise grading.Wrong(f"FP8: expected one of {', '.join(map(repr, CHOICES))}, found {fp8!r}"[:200])
-    grading.expect(fp8.strip().upper() == fp8_answer(), "FP8: that is not what fp8 does to the batch", fp8_answer(), fp8)
+    wrong = feedback.Fields()
+    with wrong.field():
+        _int(predicted, "PREDICTED_BATCH (recorded, not graded)")
+    with wrong.field():
+        b = _int(batch, "BATCH")
+        if b < 1 or not is_compute_bound(b):
+            raise grading.Wrong(f"BATCH: at batch {b} the product is still memory-bound on the {GPU} datasheet "
+                                "roofline")
+        if b > 1 and is_compute_bound(b - 1):
+            raise grading.Wrong(f"BATCH: batch {b} is compute-bound, but it is not the smallest such batch")
+    with wrong.field():
+        if not (isinstance(fp8, str) and fp8.strip().upper() in CHOICES):
+            raise grading.Wrong(f"FP8: expected one of {', '.join(map(repr, CHOICES))}, found {fp8!r}"[:200])
+    wrong.done()
+    key = registry.key("00.decode_batch")
+    if key is not None:
+        grading.expect(fp8.strip().upper() == key["fp8"], "FP8: that is not what fp8 does to the batch",
+                       key["fp8"], fp8)

@@ -2,10 +2,14 @@
 
 - 01.fp8_round: implement round-to-nearest-even fp32 -> fp8 e4m3fn (not shown in the notebook);
   the oracle is torch's own cast, bit for bit, on ties, subnormals, saturation, signed zero, NaN.
-- 01.predict_overflow: predict the outcome of storing values that no table above shows.
+- 01.predict_overflow: predict the outcome of storing values that no table above shows; the right
+  outcomes are the instructor's answer key (instructor/hidden_checks/nb01.py).
 - 01.overflow_point: predict, then measure, the smallest fp16 x at which an attention-score chain
-  gives inf or NaN, with the scaling after or before the matmul; then say which op overflowed.
-- 01.memory: Qwen2.5-7B's parameters (with its q/k/v biases), weights, Adam state and KV cache, in GiB.
+  gives inf or NaN, with the scaling after or before the matmul; then say which op overflowed. The
+  points are checked by what they must be (the chain overflows at x, not at the fp16 value below).
+- 01.memory: Qwen2.5-7B's parameters (with its q/k/v biases), weights, Adam state and KV cache, in
+  GiB. The weights and Adam state are checked against the learner's own count, the count and the
+  KV cache against the instructor's answer key.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import torch
 
 from course_kit import grading
 from course_kit.dtypes import fp8_overflow
-from course_kit.grading.checks import feedback
+from course_kit.grading.checks import feedback, registry
 
 # ---- 01.fp8_round -------------------------------------------------------------------------------
 
@@ -88,7 +92,7 @@ Integers round half to even, then saturate. In range, a value is exact only if i
 fit the mantissa."""
 
 
-@grading.exercise("01.predict_overflow", hint=PREDICT_HINT)
+@grading.exercise("01.predict_overflow", hint=PREDICT_HINT, keyed="the outcomes")
 def predict_overflow(predictions) -> None:
     from course_kit import dtypes
     grading.expect(isinstance(predictions, dict), "predictions: expected a dict {(value, format): outcome}",
@@ -101,12 +105,16 @@ def predict_overflow(predictions) -> None:
     if unknown:
         raise feedback.Wrong(f"predictions[{unknown[0]}]: {str(predictions[unknown[0]])[:40]!r} is not one of "
                              f"{list(dtypes.OUTCOMES)}")
-    wrong = [c for c in OVERFLOW_CASES if predictions[c] != dtypes.classify(*c).outcome]
+    key = registry.key("01.predict_overflow")
+    if key is None:
+        return
+    right = dict(zip(OVERFLOW_CASES, key["outcomes"]))
+    wrong = [c for c in OVERFLOW_CASES if predictions[c] != right[c]]
     if wrong:
         raise feedback.Wrong(
-            f"{len(wrong)} of {len(OVERFLOW_CASES)} predictions differ from what torch does, "
-            f"e.g. {wrong[0]}: you predicted {predictions[wrong[0]]!r}",
-            expected={c: dtypes.classify(*c).outcome for c in wrong})
+            f"{len(wrong)} of {len(OVERFLOW_CASES)} predictions differ from what torch does: "
+            + ", ".join(f"{c} (you predicted {predictions[c]!r})" for c in wrong),
+            expected={c: right[c] for c in wrong})
 
 
 # ---- 01.overflow_point --------------------------------------------------------------------------
@@ -121,17 +129,6 @@ def scores_chain(x: torch.Tensor, prescale: bool) -> torch.Tensor:
     k = q.transpose(1, 2)
     s = (q / math.sqrt(HEAD_DIM)) @ k if prescale else (q @ k) / math.sqrt(HEAD_DIM)
     return torch.softmax(s, -1)
-
-
-def overflow_points() -> dict:
-    """The smallest positive fp16 x whose chain output holds an inf or NaN, for each chain, measured
-    on every fp16 value from 1 to the max (the oracle of 01.overflow_point)."""
-    xs = torch.arange(0x3C00, 0x7C00, dtype=torch.int16).view(torch.float16)
-    out = {}
-    for name, pre in (("after", False), ("before", True)):
-        bad = ~torch.isfinite(scores_chain(xs, pre)).flatten(1).all(1)
-        out[name] = float(xs[int(bad.nonzero()[0])])
-    return out
 
 
 CULPRITS = "ABCD"   # which one is right only the hidden checker knows (instructor/hidden_checks/nb01.py)
@@ -150,22 +147,34 @@ def _fp16_value(found, what: str) -> float:
     return float(found)
 
 
+def _fp16_below(x: float) -> float:
+    """The fp16 value just below a positive fp16 x."""
+    bits = torch.tensor([x], dtype=torch.float16).view(torch.int16)
+    return float((bits - 1).view(torch.float16))
+
+
 @grading.exercise("01.overflow_point", hint=OVERFLOW_POINT_HINT, later="CULPRIT")
 def overflow_point(prediction, x_after, x_before, culprit) -> None:
     """prediction: {"after": number, "before": number} recorded before measuring (not graded);
-    x_after, x_before: the measured overflow points; culprit: a letter."""
-    if not (isinstance(prediction, dict) and {"after", "before"} <= set(prediction)):
-        raise grading.Wrong("PREDICTION must be recorded before measuring: a dict with keys 'after' and "
-                            f"'before', found {feedback.describe(prediction)}")
-    want = overflow_points()
+    x_after, x_before: the measured overflow points; culprit: a letter. A point is right when the
+    chain overflows there and not at the fp16 value just below it."""
+    wrong = feedback.Fields()
+    with wrong.field():
+        if not (isinstance(prediction, dict) and {"after", "before"} <= set(prediction)):
+            raise grading.Wrong("PREDICTION must be recorded before measuring: a dict with keys 'after' and "
+                                f"'before', found {feedback.describe(prediction)}")
     for name, found in (("after", x_after), ("before", x_before)):
-        what = f"X_{name.upper()} (scaling {name} the matmul)"
-        x = _fp16_value(found, what)
-        out = scores_chain(torch.tensor([x]), name == "before")
-        if bool(torch.isfinite(out).all()):
-            raise grading.Wrong(f"{what}: the chain's output at x = {x:g} is still finite", expected=want[name])
-        grading.expect(x == want[name], f"{what}: a smaller fp16 x already gives inf or NaN", want[name], x)
-    feedback.choice(culprit, "CULPRIT", CULPRITS)
+        with wrong.field():
+            what = f"X_{name.upper()} (scaling {name} the matmul)"
+            x = _fp16_value(found, what)
+            if bool(torch.isfinite(scores_chain(torch.tensor([x]), name == "before")).all()):
+                raise grading.Wrong(f"{what}: the chain's output at x = {x:g} is still finite")
+            below = _fp16_below(x)
+            if below > 0 and not bool(torch.isfinite(scores_chain(torch.tensor([below]), name == "before")).all()):
+                raise grading.Wrong(f"{what}: a smaller fp16 x already gives inf or NaN")
+    with wrong.field():
+        feedback.choice(culprit, "CULPRIT", CULPRITS)
+    wrong.done()
 
 
 # ---- 01.memory ----------------------------------------------------------------------------------
@@ -177,15 +186,6 @@ QWEN = {"name": "Qwen2.5-7B", "layers": 28, "hidden": 3584, "heads": 28, "kv_hea
 KV_SEQ, KV_BATCH = 32768, 4
 
 
-def qwen_params() -> int:
-    """The oracle: the course's Llama count (memory.ModelShape) plus the q, k, v biases."""
-    from course_kit.dtypes import memory
-    q = QWEN
-    shape = memory.ModelShape(q["name"], q["layers"], q["hidden"], q["heads"], q["kv_heads"], q["intermediate"],
-                              q["vocab"])
-    return shape.n_params() + q["layers"] * (q["hidden"] + 2 * q["kv_heads"] * shape.head_dim)
-
-
 MEMORY_HINT = """Per layer: q and o are hidden x hidden; k and v are hidden x (kv_heads x head_dim),
 head_dim = hidden / heads; q, k and v each have a bias vector of their output size; the MLP has three
 hidden x intermediate matrices; two RMSNorm vectors. Add two embeddings (vocab x hidden, untied) and
@@ -193,17 +193,44 @@ the final norm. Mixed-precision Adam keeps 16 bytes per parameter. The KV cache 
 layer, per KV head, per token, per sequence, 2 bytes each in bf16. A GiB is 2**30 bytes, not 1e9."""
 
 
-@grading.exercise("01.memory", hint=MEMORY_HINT)
+def _positive(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise feedback.Wrong(f"{what}: expected a positive number, found {feedback.describe(value)}")
+    if not math.isfinite(value) or value <= 0:
+        raise feedback.Wrong(f"{what}: expected a positive number, found {value!r}")
+    return float(value)
+
+
+@grading.exercise("01.memory", hint=MEMORY_HINT, keyed="n_params and kv_gib")
 def model_memory(n_params, weights_gib, adam_gib, kv_gib) -> None:
+    """weights_gib and adam_gib must follow from the learner's own n_params (bf16, mixed-precision
+    Adam); n_params and kv_gib are compared with the instructor's answer key."""
     from course_kit.dtypes import memory
-    n = qwen_params()
-    if isinstance(n_params, bool) or not isinstance(n_params, (int, float)) or n_params != n:
-        what = f"{n_params:,.0f}" if isinstance(n_params, (int, float)) else feedback.describe(n_params)
-        raise feedback.Wrong(f"n_params: {what} is not the exact parameter count "
-                             "(count every matrix, every bias, both embeddings and every norm)", expected=n)
-    gib, q = memory.GiB, QWEN
-    feedback.number(weights_gib, memory.weights_bytes(n, "bf16") / gib, "weights_gib (bf16, in GiB)", rel=2e-3)
-    feedback.number(adam_gib, sum(memory.training_bytes(n, "adam", mixed=True).values()) / gib,
-                    "adam_gib (mixed precision: weights, grads, master copy, moments, in GiB)", rel=2e-3)
-    kv = memory.kv_cache_bytes(q["layers"], q["kv_heads"], q["hidden"] // q["heads"], KV_SEQ, KV_BATCH)
-    feedback.number(kv_gib, kv / gib, f"kv_gib (bf16, {KV_SEQ} tokens, batch {KV_BATCH}, in GiB)", rel=2e-3)
+    wrong = feedback.Fields()
+    n = None
+    with wrong.field():
+        if isinstance(n_params, bool) or not isinstance(n_params, int) or n_params <= 0:
+            raise feedback.Wrong(f"n_params: expected a positive int, found {feedback.describe(n_params)}")
+        n = n_params
+    gib = memory.GiB
+    if n is not None:
+        with wrong.field():
+            feedback.number(weights_gib, memory.weights_bytes(n, "bf16") / gib,
+                            "weights_gib (bf16, in GiB, for your n_params)", rel=2e-3)
+        with wrong.field():
+            feedback.number(adam_gib, sum(memory.training_bytes(n, "adam", mixed=True).values()) / gib,
+                            "adam_gib (mixed precision: weights, grads, master copy, moments, in GiB, for your "
+                            "n_params)", rel=2e-3)
+    with wrong.field():
+        _positive(kv_gib, "kv_gib")
+    wrong.done()
+    key = registry.key("01.memory")
+    if key is None:
+        return
+    with wrong.field():
+        if n_params != key["n_params"]:
+            raise feedback.Wrong(f"n_params: {n_params:,} is not the exact parameter count (count every matrix, "
+                                 "every bias, both embeddings and every norm)", expected=key["n_params"])
+    with wrong.field():
+        feedback.number(kv_gib, key["kv_gib"], f"kv_gib (bf16, {KV_SEQ} tokens, batch {KV_BATCH}, in GiB)", rel=2e-3)
+    wrong.done()

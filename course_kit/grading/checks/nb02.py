@@ -2,20 +2,21 @@
 
 - 02.rescue_scale: predict, then measure with `amp.activation_grads`, the smallest power-of-two loss
   scale at which the fp16 gradient of a given model's logits holds only normal fp16 numbers (nothing
-  flushed to zero, nothing subnormal); then say what doubling the batch does to it.
+  flushed to zero, nothing subnormal); then say what doubling the batch does to it. The scale is
+  checked by what it must be (all normal at 2**k, not at 2**(k-1)); the letter by the instructor's
+  answer key (instructor/hidden_checks/nb02.py).
 - 02.unscale_clip: implement what the notebook did not show: gradient clipping with a loss scaler
   (unscale, skip on inf/NaN, clip the total norm), checked against torch's own `GradScaler.unscale_`
   followed by `torch.nn.utils.clip_grad_norm_` on seeded gradients the learner does not see.
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
 
 from course_kit import grading
-from course_kit.grading.checks import feedback
+from course_kit.grading.checks import feedback, registry
 
 # ---- 02.rescue_scale ----------------------------------------------------------------------------
 
@@ -42,24 +43,6 @@ def all_normal(model, tokens, log2_scale: int) -> bool:
     return bool((g["mags"] * 2.0 ** log2_scale >= FP16_SMALLEST_NORMAL).all())
 
 
-@functools.lru_cache(maxsize=4)
-def rescue_log2(batch: int | None = None, confirm: bool = True) -> int:
-    """The oracle: the smallest k with all_normal at 2**k. The fp32 gradient's smallest entry gives the
-    candidate; fp16 runs at k and k - 1 confirm it (else a scan measures it)."""
-    from course_kit import amp
-    model, tokens = rescue_model_and_tokens(batch)
-    smallest = float(amp.activation_grads(model, tokens, "fp32")["logits"]["mags"].min())
-    k = max(0, math.ceil(math.log2(FP16_SMALLEST_NORMAL / smallest)))
-    if not confirm or (all_normal(model, tokens, k) and (k == 0 or not all_normal(model, tokens, k - 1))):
-        return k
-    return next(j for j in range(0, 64) if all_normal(model, tokens, j))
-
-
-def doubling_answer() -> str:
-    d = rescue_log2(2 * RESCUE["batch"], confirm=False) - rescue_log2()
-    return {-1: "A", 0: "B", 1: "C", 2: "D"}.get(d, "?")
-
-
 RESCUE_HINT = """Measure: for k = 0, 1, 2, ... call amp.activation_grads(model, tokens, "fp16_noscale",
 scale=2.0**k) and look at ["logits"]["mags"] (the fp16 gradient divided by the scale): times 2**k, is
 every entry at least fp16's smallest normal, 2**-14? To explain, remember how the loss is averaged:
@@ -72,24 +55,30 @@ def _int(found, what: str) -> int:
     return found
 
 
-@grading.exercise("02.rescue_scale", hint=RESCUE_HINT)
+@grading.exercise("02.rescue_scale", hint=RESCUE_HINT, keyed="DOUBLED")
 def rescue_scale(predicted, log2_scale, doubled) -> None:
     """predicted: log2 of the scale guessed before measuring (recorded, not graded); log2_scale: the
-    measured smallest k; doubled: a letter."""
-    _int(predicted, "PREDICTED_LOG2 (recorded, not graded)")
-    k = _int(log2_scale, "LOG2_SCALE")
-    want = rescue_log2()
-    if not 0 <= k <= 64:
-        raise grading.Wrong(f"LOG2_SCALE: {k} is outside 0..64")
-    if k < want:
-        raise grading.Wrong(f"LOG2_SCALE: at 2**{k} some logit gradients are still zero or subnormal in fp16",
-                            expected=want)
-    grading.expect(k == want, f"LOG2_SCALE: 2**{k} works, but it is not the smallest power of two that does",
-                   want, k)
-    if not (isinstance(doubled, str) and doubled.strip().upper() in CHOICES):
-        raise grading.Wrong(f"DOUBLED: expected one of {', '.join(map(repr, CHOICES))}, found {doubled!r}"[:200])
-    grading.expect(doubled.strip().upper() == doubling_answer(),
-                   "DOUBLED: that is not what doubling the batch does to the scale needed", doubling_answer(), doubled)
+    measured smallest k (checked by measuring at 2**k and 2**(k-1)); doubled: a letter."""
+    wrong = feedback.Fields()
+    with wrong.field():
+        _int(predicted, "PREDICTED_LOG2 (recorded, not graded)")
+    with wrong.field():
+        k = _int(log2_scale, "LOG2_SCALE")
+        if not 0 <= k <= 64:
+            raise grading.Wrong(f"LOG2_SCALE: {k} is outside 0..64")
+        model, tokens = rescue_model_and_tokens()
+        if not all_normal(model, tokens, k):
+            raise grading.Wrong(f"LOG2_SCALE: at 2**{k} some logit gradients are still zero or subnormal in fp16")
+        if k > 0 and all_normal(model, tokens, k - 1):
+            raise grading.Wrong(f"LOG2_SCALE: 2**{k} works, but it is not the smallest power of two that does")
+    with wrong.field():
+        if not (isinstance(doubled, str) and doubled.strip().upper() in CHOICES):
+            raise grading.Wrong(f"DOUBLED: expected one of {', '.join(map(repr, CHOICES))}, found {doubled!r}"[:200])
+    wrong.done()
+    key = registry.key("02.rescue_scale")
+    if key is not None:
+        grading.expect(doubled.strip().upper() == key["doubled"],
+                       "DOUBLED: that is not what doubling the batch does to the scale needed", key["doubled"], doubled)
 
 
 # ---- 02.unscale_clip ----------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from course_kit import grading
-from course_kit.grading.checks import feedback
+from course_kit.grading.checks import feedback, registry
 from course_kit.grading.checks.codec import Raised
 
 
@@ -100,18 +100,6 @@ STATUSES = ("correct", "silently wrong", "refused", "fails at run")
 TRAP_CAUSES = "ABCD"   # which one is right only the hidden checker knows (instructor/hidden_checks/nb04.py)
 
 
-def trap_statuses() -> dict[str, str]:
-    """What each capture method really does on the trap (measured here, in the checker's process)."""
-    import contextlib
-    import io
-    import warnings
-
-    from course_kit.capture import methods as capture
-    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
-        warnings.simplefilter("ignore")
-        return {m: capture.probe(m, trap_case()).status for m in capture.METHODS}
-
-
 def _status_dict(value: Any, what: str) -> dict:
     from course_kit.capture import methods as capture
     if not isinstance(value, dict):
@@ -132,14 +120,23 @@ export contains where eager reads `self.calls` (print `capture.ir_text(...)`): i
 input of the graph, an operation of it, or something else?"""
 
 
-@grading.exercise("04.silent_trap", hint=TRAP_HINT, later="CAUSE")
+@grading.exercise("04.silent_trap", hint=TRAP_HINT, later="CAUSE", keyed="MEASURED")
 def check_silent_trap(predicted, measured, cause) -> None:
-    """predicted, measured: {method: status}; cause: the letter of the explanation."""
-    _status_dict(predicted, "PREDICTED (your prediction, recorded but not graded)")
-    _status_dict(measured, "MEASURED")
-    truth = trap_statuses()
-    wrong = [m for m in truth if measured[m] != truth[m]]
-    if wrong:
-        raise grading.Wrong(f"MEASURED: the status of {len(wrong)} of {len(truth)} methods is not what "
-                            f"capture.probe measures ({', '.join(wrong)})", expected=truth)
-    feedback.choice(cause, "CAUSE", TRAP_CAUSES)
+    """predicted, measured: {method: status}; cause: the letter of the explanation. What capture.probe
+    measures is the instructor's answer key (instructor/hidden_checks/nb04.py)."""
+    wrong = feedback.Fields()
+    with wrong.field():
+        _status_dict(predicted, "PREDICTED (your prediction, recorded but not graded)")
+    with wrong.field():
+        _status_dict(measured, "MEASURED")
+    with wrong.field():
+        feedback.choice(cause, "CAUSE", TRAP_CAUSES)
+    wrong.done()
+    key = registry.key("04.silent_trap")
+    if key is None:
+        return
+    truth = key["measured"]
+    bad = [m for m in truth if measured[m] != truth[m]]
+    if bad:
+        raise grading.Wrong(f"MEASURED: the status of {len(bad)} of {len(truth)} methods is not what "
+                            f"capture.probe measures ({', '.join(bad)})", expected=truth)

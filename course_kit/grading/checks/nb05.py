@@ -4,7 +4,8 @@
   saw; its sizes must cover every batch and pad no more rows than the best choice, found here by
   brute force over every set of k sizes.
 - 05.bucket_waste: predict, then measure, the padding waste of the notebook's buckets on a trace
-  it never showed, and explain it: the bucket that pads most, and the one size to add.
+  it never showed, and explain it: the bucket that pads most, and the one size to add. The
+  measured values are the instructor's answer key (instructor/hidden_checks/nb05.py).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from itertools import combinations
 
 from course_kit.cuda_graphs import buckets
 from course_kit import grading
-from course_kit.grading.checks import feedback
+from course_kit.grading.checks import feedback, registry
 
 
 
@@ -121,36 +122,40 @@ def waste_trace() -> list[int]:
     return buckets.batch_trace(arrivals, lens, max_batch=8, step_s=0.01)
 
 
-def waste_answers() -> dict:
-    batches = waste_trace()
-    cost = buckets.bucket_cost(batches, WASTE_SIZES, {1: 1.0}, {1: 1.0})
-    by_bucket = Counter()
-    for step in cost["steps"]:
-        by_bucket[step["graph"]] += step["padding"]
-    extra = min((s for s in range(1, 9) if s not in WASTE_SIZES),
-                key=lambda s: padding_rows(batches, WASTE_SIZES + [s]))
-    return {"waste": cost["padding_waste"], "worst": max(by_bucket, key=by_bucket.get), "extra": extra}
-
-
 WASTE_HINT = """`buckets.bucket_cost(UNSEEN, SIZES, eager_ms, graph_ms)` needs step times only for
 its time columns: any {batch: ms} dict will do for the padding. Its "steps" list says, per step, the
 graph replayed and the padding rows: add the padding up per graph. For EXTRA, try each size not in
 SIZES and keep the one whose padding rows are fewest."""
 
 
-@grading.exercise("05.bucket_waste", hint=WASTE_HINT)
+@grading.exercise("05.bucket_waste", hint=WASTE_HINT, keyed="WASTE, WORST_BUCKET and EXTRA")
 def bucket_waste(predicted, waste, worst, extra) -> None:
     """predicted, waste: fractions of computed rows that are padding; worst, extra: batch sizes."""
-    if isinstance(predicted, bool) or not isinstance(predicted, (int, float)) or not 0 <= predicted <= 1:
-        raise grading.Wrong(f"PREDICTED_WASTE (recorded, not graded) must be a fraction between 0 and 1, found "
-                    f"{feedback.describe(predicted) if not isinstance(predicted, (int, float)) else predicted}")
-    truth = waste_answers()
-    feedback.number(waste, truth["waste"], "WASTE, the padding waste of SIZES on the unseen trace", rel=1e-6)
+    wrong = feedback.Fields()
+    for name, value in (("PREDICTED_WASTE (recorded, not graded)", predicted), ("WASTE", waste)):
+        with wrong.field():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                shown = value if isinstance(value, (int, float)) and not isinstance(value, bool) else \
+                    feedback.describe(value)
+                raise grading.Wrong(f"{name} must be a fraction between 0 and 1, found {shown}")
+    with wrong.field():
+        if isinstance(worst, bool) or not isinstance(worst, int) or worst not in WASTE_SIZES:
+            raise grading.Wrong(f"WORST_BUCKET: expected one of the sizes {WASTE_SIZES} (an int), found "
+                                f"{worst!r:.40}")
+    with wrong.field():
+        if isinstance(extra, bool) or not isinstance(extra, int) or extra in WASTE_SIZES or not 1 <= extra <= 8:
+            raise grading.Wrong(f"EXTRA: expected a batch size from 1 to 8 not in {WASTE_SIZES}, found {extra!r:.40}")
+    wrong.done()
+    truth = registry.key("05.bucket_waste")
+    if truth is None:
+        return
+    with wrong.field():
+        feedback.number(waste, truth["waste"], "WASTE, the padding waste of SIZES on the unseen trace", rel=1e-6)
     for name, value, key, what in (("WORST_BUCKET", worst, "worst", "the bucket whose steps pad the most rows"),
                                    ("EXTRA", extra, "extra", "the one size to add that removes the most padding")):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise grading.Wrong(f"{name}: expected a batch size (an int), found {feedback.describe(value)}")
-        feedback.expect(value == truth[key], f"{name}: that is not {what}", truth[key], value)
+        with wrong.field():
+            feedback.expect(value == truth[key], f"{name}: that is not {what}", truth[key], value)
+    wrong.done()
 
 
 # ---- 05.read_trace ------------------------------------------------------------------------------

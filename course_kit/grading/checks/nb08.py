@@ -4,15 +4,16 @@ and HBM traffic.
 
 Oracles: for 08.merge_states, the merge computed in float64 from the very float32 states the
 learner's kernel was given (the states themselves are built from real scores and values, in
-float64, by the definition of m, l and acc); for 08.causal_traffic, the course's own tile rule and
-IO counts (attention.tiles, attention.io_complexity), which the notebook's figures and widget read.
+float64, by the definition of m, l and acc); for 08.causal_traffic, the instructor's answer key
+(instructor/hidden_checks/nb08.py: the course's own tile rule and IO counts, which the notebook's
+figures and widget read); this package checks the form of that answer.
 """
 from __future__ import annotations
 
 import torch
 
 from course_kit import grading
-from course_kit.grading.checks import feedback
+from course_kit.grading.checks import feedback, registry
 
 # ---- 08.merge_states ----------------------------------------------------------------------------
 
@@ -116,19 +117,6 @@ TRAFFIC = {"head_dim": 128, "block_m": 128, "block_n": 64, "tiles_seq_len": 1950
 CHOICES = "ABCD"   # which CAUSE is right only the hidden checker knows (instructor/hidden_checks/nb08.py)
 
 
-def traffic_answers() -> dict:
-    """The oracle of 08.causal_traffic, from the course's tile rule and IO counts."""
-    from course_kit.attention import io_complexity, tiles
-    t = TRAFFIC
-    counts = tiles.tile_counts(tiles.tile_grid(t["tiles_seq_len"], t["block_m"], t["block_n"], causal=True))
-    ratios = [io_complexity.standard_accesses(s, t["head_dim"], causal=True)
-              / io_complexity.kernel_accesses(s, t["head_dim"], t["block_m"], t["block_n"], causal=True)
-              for s in t["ratio_seq_lens"]]
-    # standard causal ~ 6 S^2, kernel ~ d S^2 / BLOCK_M: their leading terms' quotient
-    return {"tiles": counts[tiles.FULL] + counts[tiles.MASKED], "ratios": ratios,
-            "limit": 6 * t["block_m"] / t["head_dim"]}
-
-
 TRAFFIC_HINT = """Measure with the functions that draw the figures above: tiles.tile_counts(tiles.tile_grid(
 S, BLOCK_M, BLOCK_N, causal=True)) counts tiles of each kind (computed = no mask + masked; at a ragged
 end, look at what the last query block can see); io_complexity.standard_accesses(S, d, causal=True) and
@@ -136,29 +124,47 @@ io_complexity.kernel_accesses(S, d, BLOCK_M, BLOCK_N, causal=True) count element
 limit, compare the terms of both counts that grow fastest with S, or measure at much larger S."""
 
 
-def _int(found, what: str, want: int) -> None:
-    if isinstance(found, bool) or not isinstance(found, int):
-        raise grading.Wrong(f"{what}: expected an int, found {feedback.describe(found)}", expected=want)
-    grading.expect(found == want, f"{what} is wrong", want, found)
+def _number(found, what: str, kind: type = float) -> None:
+    if isinstance(found, bool) or not isinstance(found, (int,) if kind is int else (int, float)):
+        raise grading.Wrong(f"{what}: expected {'an int' if kind is int else 'a number'}, found "
+                            f"{feedback.describe(found)}")
 
 
-@grading.exercise("08.causal_traffic", hint=TRAFFIC_HINT, later="CAUSE")
+@grading.exercise("08.causal_traffic", hint=TRAFFIC_HINT, later="CAUSE", keyed="TILES, RATIOS and LIMIT")
 def causal_traffic(prediction, tiles, ratios, limit, cause) -> None:
     """prediction: {"tiles": int, "doubling": letter}, recorded before measuring (its accuracy is
     not graded); tiles: int; ratios: list of 4 numbers (one per S in TRAFFIC); limit: number; cause: letter."""
-    want = traffic_answers()
-    if not (isinstance(prediction, dict) and {"tiles", "doubling"} <= set(prediction)):
-        raise grading.Wrong("PREDICTION must be recorded before measuring: a dict with keys 'tiles' and "
-                            f"'doubling', found {feedback.describe(prediction)}")
-    if isinstance(prediction["tiles"], bool) or not isinstance(prediction["tiles"], int):
-        raise grading.Wrong(f"PREDICTION['tiles'] must be an int, found {feedback.describe(prediction['tiles'])}")
-    feedback.choice(prediction["doubling"], "PREDICTION['doubling']", CHOICES)
-    _int(tiles, f"tiles computed at S = {TRAFFIC['tiles_seq_len']}", want["tiles"])
     lens = TRAFFIC["ratio_seq_lens"]
-    if not (isinstance(ratios, (list, tuple)) and len(ratios) == len(lens)):
-        raise grading.Wrong(f"RATIOS: expected a list of {len(lens)} numbers (S = {', '.join(map(str, lens))}), "
-                            f"found {feedback.describe(ratios)}")
-    for s, found, w in zip(lens, ratios, want["ratios"]):
-        feedback.number(found, w, f"traffic ratio (standard / kernel) at S = {s}", rel=1e-6)
-    feedback.number(limit, want["limit"], "the ratio's limit as S grows", rel=5e-3)
-    feedback.choice(cause, "CAUSE", CHOICES)
+    wrong = feedback.Fields()
+    with wrong.field():
+        if not (isinstance(prediction, dict) and {"tiles", "doubling"} <= set(prediction)):
+            raise grading.Wrong("PREDICTION must be recorded before measuring: a dict with keys 'tiles' and "
+                                f"'doubling', found {feedback.describe(prediction)}")
+        if isinstance(prediction["tiles"], bool) or not isinstance(prediction["tiles"], int):
+            raise grading.Wrong(f"PREDICTION['tiles'] must be an int, found {feedback.describe(prediction['tiles'])}")
+        feedback.choice(prediction["doubling"], "PREDICTION['doubling']", CHOICES)
+    with wrong.field():
+        _number(tiles, f"tiles computed at S = {TRAFFIC['tiles_seq_len']}", int)
+    with wrong.field():
+        if not (isinstance(ratios, (list, tuple)) and len(ratios) == len(lens)):
+            raise grading.Wrong(f"RATIOS: expected a list of {len(lens)} numbers (S = {', '.join(map(str, lens))}), "
+                                f"found {feedback.describe(ratios)}")
+        for s, found in zip(lens, ratios):
+            _number(found, f"traffic ratio (standard / kernel) at S = {s}")
+    with wrong.field():
+        _number(limit, "the ratio's limit as S grows")
+    with wrong.field():
+        feedback.choice(cause, "CAUSE", CHOICES)
+    wrong.done()
+    want = registry.key("08.causal_traffic")
+    if want is None:
+        return
+    with wrong.field():
+        grading.expect(tiles == want["tiles"], f"tiles computed at S = {TRAFFIC['tiles_seq_len']} is wrong",
+                       want["tiles"], tiles)
+    with wrong.field():
+        for s, found, w in zip(lens, ratios, want["ratios"]):
+            feedback.number(found, w, f"traffic ratio (standard / kernel) at S = {s}", rel=1e-6)
+    with wrong.field():
+        feedback.number(limit, want["limit"], "the ratio's limit as S grows", rel=5e-3)
+    wrong.done()

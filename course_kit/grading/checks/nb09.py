@@ -7,7 +7,8 @@
   torch.tensor_split cuts them).
 - 09.interleaved_bubble (predict -> measure -> explain): the idle fraction and rank 0's peak of
   activations of an interleaved 1F1B schedule, measured with the notebook's pure schedule
-  simulation (course_kit.parallel.schedules), and the reason interleaving shrinks the bubble.
+  simulation (course_kit.parallel.schedules), and the reason interleaving shrinks the bubble. The
+  measured values are the instructor's answer key (instructor/hidden_checks/nb09.py).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 
 from course_kit import grading
-from course_kit.grading.checks import feedback
+from course_kit.grading.checks import feedback, registry
 
 # ---- 09.column_backward -------------------------------------------------------------------------
 
@@ -110,13 +111,6 @@ WHY_CHOICES = {
 }
 
 
-def interleaved_measurement(p: int = BUBBLE_P, m: int = BUBBLE_M, v: int = BUBBLE_V) -> tuple[float, float]:
-    """(idle fraction, most activations rank 0 holds), from the course's schedule simulation."""
-    from course_kit.parallel import schedules
-    events = schedules.simulate("interleaved", p, m, v)
-    return schedules.bubble_of(events), schedules.peak_in_flight(events, 0)
-
-
 def _real(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise grading.Wrong(f"{name}: expected a finite number, found {feedback.describe(value)}")
@@ -129,15 +123,29 @@ For the why: compare how long the warm-up and the cool-down last with and withou
 stays the same (each rank still runs m forwards and m backwards of its whole share of the model)."""
 
 
-@grading.exercise("09.interleaved_bubble", hint=BUBBLE_HINT, later="WHY")
+@grading.exercise("09.interleaved_bubble", hint=BUBBLE_HINT, later="WHY", keyed="BUBBLE and PEAK_RANK0")
 def interleaved_bubble(predicted, bubble, peak, why) -> None:
     """predicted: PREDICTED_BUBBLE (recorded, not graded); bubble, peak: measured; why: a letter."""
-    _real(predicted, "PREDICTED_BUBBLE (recorded, not graded)")
-    want_bubble, want_peak = interleaved_measurement()
-    if math.isclose(_real(bubble, "BUBBLE"), want_bubble * 100, rel_tol=1e-6):
-        raise grading.Wrong("BUBBLE: give a fraction between 0 and 1, not a percentage")
-    feedback.number(bubble, want_bubble, "BUBBLE: the idle fraction of the simulated interleaved schedule",
-                    rel=1e-6)
-    feedback.number(_real(peak, "PEAK_RANK0"), want_peak,
-                    "PEAK_RANK0: the most activations rank 0 holds (in micro-batches of a stage)", rel=1e-6)
-    feedback.choice(why, "WHY", WHY_CHOICES)
+    wrong = feedback.Fields()
+    with wrong.field():
+        _real(predicted, "PREDICTED_BUBBLE (recorded, not graded)")
+    with wrong.field():
+        if not 0 <= _real(bubble, "BUBBLE") <= 1:
+            raise grading.Wrong(f"BUBBLE: {bubble:.6g} is not a fraction between 0 and 1 (give a fraction, not a "
+                                "percentage)")
+    with wrong.field():
+        if _real(peak, "PEAK_RANK0") < 0:
+            raise grading.Wrong(f"PEAK_RANK0: {peak:.6g} is negative")
+    with wrong.field():
+        feedback.choice(why, "WHY", WHY_CHOICES)
+    wrong.done()
+    key = registry.key("09.interleaved_bubble")
+    if key is None:
+        return
+    with wrong.field():
+        feedback.number(bubble, key["bubble"], "BUBBLE: the idle fraction of the simulated interleaved schedule",
+                        rel=1e-6)
+    with wrong.field():
+        feedback.number(peak, key["peak"], "PEAK_RANK0: the most activations rank 0 holds (in micro-batches of a "
+                        "stage)", rel=1e-6)
+    wrong.done()

@@ -15,7 +15,7 @@ from typing import Any
 ROLES = ("solution", "check", "hidden")
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
-ID = re.compile(r"^\d\d\.[A-Za-z0-9_\-]{1,60}$")
+ID = re.compile(r"\A\d\d\.[A-Za-z0-9_\-]{1,60}\Z")   # \Z: "$" would accept a trailing newline
 _ID = ID
 
 

@@ -2,7 +2,8 @@
 
     course-kit release [--source build/solved] [--out release]
     course-kit grade SUBMISSIONS_DIR --out gradebook.csv [--workers N] [--timeout S]
-                     [--total-timeout S] [--memory-gb G] [--max-bytes B] [--feedback short|full]
+                     [--total-timeout S] [--memory-gb G] [--cpus C] [--disk-mb M] [--max-bytes B]
+                     [--feedback short|full]
                      [--source build/solved] [--hidden instructor/hidden_checks] [--trusted]
 """
 from __future__ import annotations
@@ -43,12 +44,13 @@ def grade_main(args: argparse.Namespace) -> int:
     from .grade import NoSandbox, grade
     from .sandbox import Limits
     limits = Limits(cell_timeout=args.timeout, total_timeout=args.total_timeout,
-                    memory_bytes=int(args.memory_gb * (1 << 30)), threads=args.threads)
+                    memory_bytes=int(args.memory_gb * (1 << 30)), threads=args.threads,
+                    disk_bytes=int(args.disk_mb * (1 << 20)), cpus=args.cpus)
     try:
         grade(Path(args.submissions), Path(args.out), _source(args.source), workers=args.workers, limits=limits,
               hidden=Path(args.hidden) if args.hidden else None, feedback_level=args.feedback,
               max_bytes=args.max_bytes, trusted=args.trusted)
-    except NoSandbox as exc:
+    except (NoSandbox, ValueError) as exc:   # no sandbox, too little disk, a bad option: one line, no traceback
         print(f"course-kit grade: {exc}")
         return 2
     return 0
@@ -82,8 +84,14 @@ def add_grade_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--memory-gb", type=_positive(float), default=8.0,
                    help="memory cap of one notebook's run, all its processes together (default: %(default)s)")
     p.add_argument("--threads", type=_positive(int), default=1, help="CPU threads per notebook (default: %(default)s)")
+    p.add_argument("--cpus", type=_positive(float), default=1.0,
+                   help="CPU time of one notebook's run, all its processes together, in CPUs (cgroup; "
+                        "default: %(default)s)")
+    p.add_argument("--disk-mb", type=_positive(float), default=256.0,
+                   help="size cap, in MiB, of what one notebook's run may write: its answers and each of its "
+                        "private folders (default: %(default)s)")
     p.add_argument("--max-bytes", type=_positive(int), default=20 << 20,
-                   help="largest notebook file read, in bytes (default: %(default)s)")
+                   help="largest notebook file read, in bytes (default: %(default)s, 20 MiB)")
     p.add_argument("--feedback", choices=("short", "full"), default="short",
                    help="short: what is wrong and on which input; full: also the expected values")
     p.add_argument("--source", default=str(DEFAULT_SOURCE),

@@ -22,7 +22,7 @@ from typing import Callable
 
 import nbformat
 
-from . import assemble, cells, runner, sandbox, submissions
+from . import assemble, cells, disk, runner, sandbox, submissions
 from .release import course_notebooks
 
 COLUMNS = ("student", "notebook", "exercise", "points", "max_points", "status", "message")
@@ -55,6 +55,27 @@ def _all(exercises: list[cells.Exercise], status: str, message: str) -> list[run
 
 def _fmt(x: float) -> str:
     return f"{x:g}"
+
+
+def _check_disk(out: Path, scratch: Path | None, workers: int, limits: sandbox.Limits, max_bytes: int,
+                mode: sandbox.Mode) -> None:
+    """Refuse to start without the disk grading needs: per worker, a copy of a notebook and, where a
+    run's answers cannot live in a tmpfs, its disk cap; and room for the gradebook and feedback."""
+    per_run = max_bytes + (0 if mode.disk == "tmpfs" else limits.disk_bytes)
+    where = Path(scratch) if scratch else Path(tempfile.gettempdir())
+    disk.check_free({where: workers * per_run + (64 << 20), out.parent: 16 << 20})
+
+
+def save_csv(path: Path, rows: list[Row], log: Callable[[str], None]) -> bool:
+    """write_csv that never stops grading: a failure (a full disk) is logged, and the next call
+    writes every row again."""
+    try:
+        write_csv(path, rows)
+        return True
+    except OSError as exc:
+        log(f"warning: the gradebook {path} could not be written ({exc.strerror or exc}); grading goes on "
+            "and writes it again after the next notebook")
+        return False
 
 
 def write_csv(path: Path, rows: list[Row]) -> None:
@@ -177,6 +198,9 @@ def grade(submissions_dir: Path, out: Path, source: Path, *, workers: int = 1,
         log(f"warning: --trusted: {mode.reason}; student code runs with resource limits only")
     else:
         log(f"sandbox: {mode.describe()}")
+        if not mode.cpu.startswith("cgroup"):
+            log(f"warning: no CPU cap ({mode.cpu}): a run that keeps many CPUs busy slows the other runs, "
+                "so a cell of an honest notebook may pass its timeout; grade with --workers 1 to avoid it")
     course: dict[str, list[cells.Exercise]] = {}
     for p in course_notebooks(source):
         exercises = cells.exercises(nbformat.read(str(p), as_version=4))
@@ -191,6 +215,7 @@ def grade(submissions_dir: Path, out: Path, source: Path, *, workers: int = 1,
     ids = sorted({i for exs in course.values() for e in exs for src in e.checks + e.hidden
                   for i in cells.check_ids(src)})
     out.parent.mkdir(parents=True, exist_ok=True)
+    _check_disk(out, scratch, workers, limits, max_bytes, mode)
     scratch = Path(scratch) if scratch else Path(tempfile.mkdtemp(prefix="course-kit-grade-"))
     os.chmod(scratch, 0o711)
     try:
@@ -198,7 +223,7 @@ def grade(submissions_dir: Path, out: Path, source: Path, *, workers: int = 1,
         stage.mkdir()
         os.chmod(stage, 0o755)
         ctx = runner.Context(mode, _prepare_cases(ids, stage, hidden), _stage_data(stage), hidden, limits,
-                             feedback_level)
+                             feedback_level, log)
         rows = _grade_all(submissions_dir, course, ctx, scratch, workers, max_bytes, out, log)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -230,14 +255,16 @@ def _grade_all(submissions_dir: Path, course: dict, ctx: runner.Context, scratch
                 continue
             jobs.append((student, name, exercises, plan, {path.name: nb.text}))
     lock = threading.Lock()
-    write_csv(out, rows)
+    save_csv(out, rows, log)
 
     def work(job):
         student, name, exercises, plan, files = job
         try:
             return student, name, runner.run(plan, exercises, files, ctx, scratch)
-        except Exception as exc:  # the grader's own failure for this notebook: report it, go on
-            return student, name, _all(exercises, "error", f"grader error: {type(exc).__name__}: {exc}"[:300])
+        except Exception as exc:  # the grader's own failure for this notebook: log it, report one line, go on
+            log(f"grader error on {student}/{name}: {type(exc).__name__}: {' '.join(str(exc).split())[:500]}")
+            return student, name, _all(exercises, "error", f"grader error ({type(exc).__name__}); the instructor's "
+                                                           "log has the details")
 
     done = 0
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -246,7 +273,7 @@ def _grade_all(submissions_dir: Path, course: dict, ctx: runner.Context, scratch
             done += 1
             with lock:
                 rows += _rows(student, name, outcomes)
-                write_csv(out, sorted(rows, key=lambda r: (r.student, r.notebook)))
+                save_csv(out, sorted(rows, key=lambda r: (r.student, r.notebook)), log)
             passed = sum(o.status == "passed" for o in outcomes)
             log(f"[{done}/{len(jobs)}] {student} {name}: {passed}/{len(outcomes)} exercises passed")
     return rows
@@ -256,16 +283,27 @@ def _finish(rows: list[Row], course: dict, out: Path, log: Callable[[str], None]
     order = {name: i for i, name in enumerate(course)}
     ex_order = {(n, e.id): i for n, exs in course.items() for i, e in enumerate(exs)}
     rows.sort(key=lambda r: (r.student, order[r.notebook], ex_order.get((r.notebook, r.exercise), 0)))
-    write_csv(out, rows)
-    fb_dir = out.parent / f"{out.stem}_feedback"
-    fb_dir.mkdir(exist_ok=True)
-    for student in sorted({r.student for r in rows}):
-        (fb_dir / f"{student}.md").write_text(feedback(student, [r for r in rows if r.student == student]))
+    if not save_csv(out, rows, log):     # the grades must land somewhere: beside the system's temp files
+        spare = Path(tempfile.gettempdir()) / f"course-kit-gradebook-{os.getpid()}.csv"
+        try:
+            write_csv(spare, rows)
+            log(f"error: the gradebook could not be written to {out}; it is in {spare}")
+        except OSError as exc:
+            log(f"error: the gradebook could not be written anywhere ({exc}); its rows follow")
+            for r in rows:
+                log(",".join(map(str, (r.student, r.notebook, r.exercise, _fmt(r.points), r.status, r.message))))
     table = summary(rows, list(course))
-    with open(out.parent / f"{out.stem}_summary.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["student", *course, "total", "max_total"])
-        writer.writeheader()
-        writer.writerows({k: (_fmt(v) if isinstance(v, float) else v) for k, v in t.items()} for t in table)
+    fb_dir = out.parent / f"{out.stem}_feedback"
+    try:
+        fb_dir.mkdir(exist_ok=True)
+        for student in sorted({r.student for r in rows}):
+            (fb_dir / f"{student}.md").write_text(feedback(student, [r for r in rows if r.student == student]))
+        with open(out.parent / f"{out.stem}_summary.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=["student", *course, "total", "max_total"])
+            writer.writeheader()
+            writer.writerows({k: (_fmt(v) if isinstance(v, float) else v) for k, v in t.items()} for t in table)
+    except OSError as exc:
+        log(f"error: the feedback files or the summary could not be written ({exc})")
     log(format_summary(table, list(course)))
     log(f"gradebook: {out}\nfeedback: {fb_dir}/")
     return rows

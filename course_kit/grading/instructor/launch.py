@@ -7,7 +7,8 @@ Standard library only, so it starts in milliseconds and imports nothing from the
 3. in a private mount namespace, bind-mounts each folder the sandbox needs onto an empty folder
    any user can reach (the Python install may sit under /root, which only root may traverse);
 4. drops to the run's own unprivileged uid and gid, with no supplementary groups;
-5. execs bubblewrap, which builds the sandbox from those folders.
+5. execs bubblewrap, which builds the sandbox from those folders (its arguments passed through a
+   memfd, so the sandbox's /proc/1/cmdline shows none of them).
 """
 from __future__ import annotations
 
@@ -62,7 +63,13 @@ def main(spec_path: str) -> None:
         if os.getuid() != uid or os.geteuid() != uid:
             raise SystemExit("launch: could not drop to the sandbox uid")
     argv = spec["argv"]
-    os.execve(argv[0], argv, spec["env"])
+    # bubblewrap reads its arguments from a memfd: as pid 1 of the sandbox, its command line is
+    # readable there, and it would show every host path it binds
+    options = argv.index("--")              # only options go through --args; the command follows
+    fd = os.memfd_create("bwrap-args", 0)
+    os.write(fd, b"\0".join(a.encode() for a in argv[1:options]) + b"\0")
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.execve(argv[0], [argv[0], "--args", str(fd)] + argv[options:], spec["env"])
 
 
 if __name__ == "__main__":

@@ -7,8 +7,13 @@ What a run gets (see README, "For instructors"):
 - as root, its own unprivileged host uid and gid per run (no supplementary groups);
 - a file system of read-only binds of only /usr, the Python install, the package and the data the
   run needs, plus its own scratch folders read-write; private tmpfs /tmp, /var/tmp and /dev/shm;
-- a memory cap and a process cap for the run's whole tree (cgroup v2, else v1, where writable),
-  else per-process address-space and per-uid process limits; CPU threads through the environment;
+- a memory cap, a process cap and a CPU cap for the run's whole tree (cgroups.py: v2, else v1, where
+  writable), else per-process address-space and per-uid process limits (and no CPU cap, which the
+  log says); CPU threads through the environment;
+- a size cap on everything it writes (disk.py): its answers folder a size-limited tmpfs, its
+  private folders bubblewrap tmpfs of the same size;
+- bubblewrap's arguments (host paths) passed through a file descriptor, so its process (pid 1 in
+  the sandbox) shows none of them in /proc/1/cmdline;
 - a kill that reaches every process: the pid namespace dies with its first process.
 """
 from __future__ import annotations
@@ -19,9 +24,14 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from . import disk
+from .cgroups import Cgroup
+
+__all__ = ["Cgroup", "Limits", "Mode", "Run", "command", "kill_group", "mode", "popen", "python_paths",
+           "session_uids", "traversable"]
 
 UID_BASE = 1_900_000_000       # sandbox uids own nothing on the system and have no passwd entry
 INNER_UID = 1000               # the uid inside the sandbox
@@ -44,6 +54,8 @@ class Limits:
     threads: int = 1                 # OMP/MKL/torch threads
     processes: int = 256             # processes and threads of the run
     file_bytes: int = 256 << 20      # largest file the run may write
+    disk_bytes: int = 256 << 20      # everything it writes in one folder (answers, /tmp, home...)
+    cpus: float = 1.0                # CPU time of the run's whole tree, in CPUs (cgroup); 0: no cap
 
     def __post_init__(self) -> None:
         for name in ("cell_timeout", "total_timeout"):
@@ -53,169 +65,10 @@ class Limits:
             raise ValueError(f"memory_bytes must be >= 0 (0 means no limit), got {self.memory_bytes}")
         if self.threads < 1 or self.processes < 8:
             raise ValueError(f"threads must be >= 1 and processes >= 8, got {self.threads}, {self.processes}")
-
-
-# --- cgroups -------------------------------------------------------------------------------------
-
-def _own_cgroup(controller: str | None) -> str | None:
-    """This process's cgroup path for a v1 controller, or the v2 path (controller None)."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        num, ctrls, path = line.split(":", 2)
-        if controller is None and num == "0" and ctrls == "":
-            return path
-        if controller is not None and controller in ctrls.split(","):
-            return path
-    return None
-
-
-def _mount_of(fstype: str, option: str | None) -> str | None:
-    try:
-        mounts = Path("/proc/self/mounts").read_text().splitlines()
-    except OSError:
-        return None
-    for line in mounts:
-        parts = line.split()
-        if len(parts) >= 4 and parts[2] == fstype and (option is None or option in parts[3].split(",")):
-            return parts[1]
-    return None
-
-
-class Cgroup:
-    """One run's cgroup(s): memory and process caps for its whole tree, and a kill of all of it."""
-
-    def __init__(self, dirs: list[Path], version: int):
-        self.dirs, self.version = dirs, version
-
-    @property
-    def procs(self) -> list[str]:
-        return [str(d / "cgroup.procs") for d in self.dirs]
-
-    @staticmethod
-    def create(name: str, memory: int, pids: int) -> "Cgroup | None":
-        """A fresh cgroup with these caps, or None where none can be made (not root, read-only)."""
-        if os.geteuid() != 0:
-            return None
-        for make in (Cgroup._v2, Cgroup._v1):
-            try:
-                group = make(name, memory, pids)
-            except OSError:
-                group = None
-            if group is not None:
-                return group
-        return None
-
-    @staticmethod
-    def _v2(name: str, memory: int, pids: int) -> "Cgroup | None":
-        mount, own = _mount_of("cgroup2", None), _own_cgroup(None)
-        if mount is None or own is None:
-            return None
-        parent = Path(mount) / own.lstrip("/")
-        enabled = (parent / "cgroup.subtree_control").read_text().split()
-        if "memory" not in enabled or "pids" not in enabled:
-            return None
-        d = parent / name
-        d.mkdir()
-        group = Cgroup([d], 2)
-        try:
-            if memory:
-                (d / "memory.max").write_text(str(memory))
-                if (d / "memory.swap.max").exists():
-                    (d / "memory.swap.max").write_text("0")
-            (d / "pids.max").write_text(str(pids))
-        except OSError:
-            group.remove()
-            return None
-        return group
-
-    @staticmethod
-    def _v1(name: str, memory: int, pids: int) -> "Cgroup | None":
-        dirs = []
-        for ctrl in ("memory", "pids"):
-            mount, own = _mount_of("cgroup", ctrl), _own_cgroup(ctrl)
-            if mount is None or own is None:
-                break
-            d = Path(mount) / own.lstrip("/") / name
-            try:
-                d.mkdir()
-            except OSError:
-                break
-            dirs.append(d)
-        group = Cgroup(dirs, 1)
-        if len(dirs) != 2:
-            group.remove()
-            return None
-        try:
-            mem, pid = dirs
-            if memory:
-                (mem / "memory.limit_in_bytes").write_text(str(memory))
-                if (mem / "memory.memsw.limit_in_bytes").exists():
-                    try:
-                        (mem / "memory.memsw.limit_in_bytes").write_text(str(memory))
-                    except OSError:
-                        pass
-            (pid / "pids.max").write_text(str(pids))
-        except OSError:
-            group.remove()
-            return None
-        return group
-
-    def pids(self) -> set[int]:
-        found = set()
-        for procs in self.procs:
-            try:
-                found |= {int(p) for p in Path(procs).read_text().split()}
-            except (OSError, ValueError):
-                pass
-        return found
-
-    def kill(self, rounds: int = 100) -> None:
-        """SIGKILL every process in the cgroup until none is left (some may be forking)."""
-        if self.version == 2 and (self.dirs[0] / "cgroup.kill").exists():
-            try:
-                (self.dirs[0] / "cgroup.kill").write_text("1")
-            except OSError:
-                pass
-        for _ in range(rounds):
-            pids = self.pids()
-            if not pids:
-                return
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            time.sleep(0.02)
-
-    def oom_killed(self) -> bool:
-        """Did the memory cap stop a process of this run?"""
-        try:
-            if self.version == 2:
-                events = (self.dirs[0] / "memory.events").read_text()
-                return any(line.split()[0] == "oom_kill" and int(line.split()[1]) > 0
-                           for line in events.splitlines())
-            control = (self.dirs[0] / "memory.oom_control").read_text()
-            kills = [int(line.split()[1]) for line in control.splitlines() if line.startswith("oom_kill ")]
-            if kills:
-                return kills[0] > 0
-            return int((self.dirs[0] / "memory.failcnt").read_text()) > 0
-        except (OSError, ValueError, IndexError):
-            return False
-
-    def remove(self) -> None:
-        for d in self.dirs:
-            for _ in range(50):
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    self.kill(rounds=5)
-                    time.sleep(0.02)
+        if self.disk_bytes < 1 << 20:
+            raise ValueError(f"disk_bytes must be at least 1 MiB, got {self.disk_bytes}")
+        if not (self.cpus == 0 or 0.01 <= self.cpus <= 1024):
+            raise ValueError(f"cpus must be 0 (no CPU cap) or between 0.01 and 1024, got {self.cpus!r}")
 
 
 # --- bubblewrap ----------------------------------------------------------------------------------
@@ -229,10 +82,14 @@ def traversable(path: str) -> bool:
     return True
 
 
+def package_dir() -> str:
+    """The folder of the course_kit package this grader runs (found without importing lessons)."""
+    return str(Path(__file__).resolve().parents[2])
+
+
 def python_paths() -> list[str]:
     """The Python install the sandbox needs: the interpreter's prefix, the venv, the course package."""
-    import course_kit
-    package = str(Path(course_kit.__file__).resolve().parent)
+    package = package_dir()
     paths = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)}
     if not any(package.startswith(p + os.sep) for p in paths):
         paths.add(package)
@@ -255,10 +112,31 @@ def _system_args() -> list[str]:
 
 @dataclass
 class Run:
-    """How to start one sandboxed command: argv for Popen and the launcher's spec (root only)."""
+    """How to start one sandboxed command: argv for Popen, the launcher's spec (root only) and the
+    file descriptors the command inherits (bubblewrap's arguments, without root)."""
     argv: list[str]
     env: dict
     spec_path: Path | None
+    fds: tuple = field(default=())
+
+
+def args_fd(args: list[str]) -> int:
+    """bubblewrap's arguments in an inheritable memfd (NUL-separated, for `bwrap --args FD`): bubblewrap
+    is pid 1 in the sandbox, and its /proc/1/cmdline would show every host path it binds."""
+    fd = os.memfd_create("bwrap-args", 0)
+    os.write(fd, b"\0".join(a.encode() for a in args) + b"\0")
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def popen(run: Run, **kwargs) -> subprocess.Popen:
+    """Start a Run (passing its descriptors, closed here once the child holds them)."""
+    try:
+        return subprocess.Popen(run.argv, env=run.env or {}, pass_fds=tuple(kwargs.pop("pass_fds", ())) + run.fds,
+                                **kwargs)
+    finally:
+        for fd in run.fds:
+            os.close(fd)
 
 
 def command(job: Path, command: list[str], *, ro: list[tuple[str, str]], rw: list[tuple[str, str]],
@@ -272,8 +150,8 @@ def command(job: Path, command: list[str], *, ro: list[tuple[str, str]], rw: lis
     args = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
             "--new-session", "--cap-drop", "ALL", "--uid", str(INNER_UID), "--gid", str(INNER_UID),
             "--hostname", "sandbox", "--proc", "/proc", "--dev", "/dev"]
-    size = str(limits.memory_bytes or (1 << 30))
-    for tmp in ("/tmp", "/var/tmp", "/dev/shm", *tmpfs):   # in memory: counted by the memory cap
+    size = str(limits.disk_bytes)
+    for tmp in ("/tmp", "/var/tmp", "/dev/shm", *tmpfs):   # in memory: counted by the memory cap too
         args += ["--size", size, "--tmpfs", tmp]
     args += _system_args()
     stage: list[list[str]] = []
@@ -289,8 +167,11 @@ def command(job: Path, command: list[str], *, ro: list[tuple[str, str]], rw: lis
         args += ["--bind", src, dst]
     args += ["--chdir", cwd, "--"] + command
     if uid is None:
-        return Run(args, env, None)
-    rlimits = {"RLIMIT_NPROC": limits.processes, "RLIMIT_CORE": 0, "RLIMIT_FSIZE": limits.file_bytes}
+        options = args.index("--")          # bubblewrap takes only options from --args, the command after
+        fd = args_fd(args[1:options])
+        return Run([bwrap, "--args", str(fd)] + args[options:], env, None, (fd,))
+    rlimits = {"RLIMIT_NPROC": limits.processes, "RLIMIT_CORE": 0,
+               "RLIMIT_FSIZE": min(limits.file_bytes, limits.disk_bytes)}
     if cgroup is None and limits.memory_bytes:
         rlimits["RLIMIT_AS"] = limits.memory_bytes
     spec = {"argv": args, "env": env, "uid": uid, "rlimits": rlimits, "stage": stage,
@@ -308,7 +189,8 @@ def preexec_limits(limits: Limits):
         if limits.memory_bytes:
             resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
+        fsize = min(limits.file_bytes, limits.disk_bytes)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
     return apply
 
 
@@ -319,16 +201,40 @@ class Mode:
     kind: str      # "bwrap-uid" (root: own uid per run), "bwrap" (the calling user's uid), "none"
     memory: str    # "cgroup v2" | "cgroup v1" | "rlimit (per process)"
     reason: str
+    cpu: str = "none"        # "cgroup v2" | "cgroup v1" | "none (...why...)"
+    disk: str = "watched"    # "tmpfs" (a size-limited tmpfs per run) | "watched" (a run past it is stopped)
 
     def describe(self) -> str:
         if self.kind == "none":
             return f"no sandbox: {self.reason}"
         who = "its own unprivileged uid per notebook" if self.kind == "bwrap-uid" else "the grader's own uid"
+        cpu = self.cpu if self.cpu.startswith("cgroup") else f"{self.cpu}: a run may slow the others"
+        written = ("a size-limited tmpfs per run" if self.disk == "tmpfs" else
+                   "watched (no tmpfs can be mounted here: a run past the cap is stopped)")
         return (f"bubblewrap sandbox ({who}; no network, private /tmp and IPC, read-only Python and "
-                f"package); memory cap: {self.memory}")
+                f"package); memory cap: {self.memory}; CPU cap: {cpu}; what a run writes: {written}")
 
 
 _MODE: Mode | None = None
+
+
+def _probe(root: bool, group: Cgroup | None) -> tuple[bool, str]:
+    """Start a trivial sandbox: (it worked, why not)."""
+    import tempfile
+    job = Path(tempfile.mkdtemp(prefix="course-kit-probe-"))
+    os.chmod(job, 0o711)
+    try:
+        run = command(job, [sys.executable, "-I", "-c", "import os; print(os.getuid())"],
+                      ro=[(p, p) for p in python_paths()], rw=[], env={"PATH": "/usr/bin:/bin"}, cwd="/",
+                      limits=Limits(memory_bytes=2 << 30), uid=session_uids()[0] if root else None, cgroup=group)
+        proc = popen(run, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = proc.communicate(timeout=60)
+        ok = proc.returncode == 0 and out.strip() == str(INNER_UID)
+        return ok, "" if ok else (err.strip().splitlines() or ["bubblewrap failed"])[-1][:200]
+    except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
+        return False, f"{type(exc).__name__}: {exc}"
+    finally:
+        shutil.rmtree(job, ignore_errors=True)
 
 
 def mode(refresh: bool = False) -> Mode:
@@ -340,28 +246,18 @@ def mode(refresh: bool = False) -> Mode:
         _MODE = Mode("none", "rlimit (per process)", "bubblewrap (bwrap) is not installed "
                      "(Debian/Ubuntu: apt-get install bubblewrap)")
         return _MODE
-    import tempfile
     root = os.geteuid() == 0
-    group = Cgroup.create(f"course-kit-probe-{os.getpid()}", 1 << 30, 64) if root else None
+    group = Cgroup.create(f"course-kit-probe-{os.getpid()}", 1 << 30, 64, 1.0) if root else None
     memory = {2: "cgroup v2", 1: "cgroup v1"}[group.version] if group else "rlimit (per process)"
-    job = Path(tempfile.mkdtemp(prefix="course-kit-probe-"))
-    os.chmod(job, 0o711)
+    cpu = (f"cgroup v{group.version}" if group and group.cpu else
+           "none (not root)" if not root else "none (no cpu cgroup controller the grader may use)")
     try:
-        run = command(job, [sys.executable, "-I", "-c", "import os; print(os.getuid())"],
-                      ro=[(p, p) for p in python_paths()], rw=[], env={"PATH": "/usr/bin:/bin"}, cwd="/",
-                      limits=Limits(memory_bytes=2 << 30), uid=session_uids()[0] if root else None, cgroup=group)
-        proc = subprocess.run(run.argv, env=run.env or None, capture_output=True, text=True, timeout=60,
-                              stdin=subprocess.DEVNULL)
-        ok = proc.returncode == 0 and proc.stdout.strip() == str(INNER_UID)
-        reason = "" if ok else (proc.stderr.strip().splitlines() or ["bubblewrap failed"])[-1][:200]
-    except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
-        ok, reason = False, f"{type(exc).__name__}: {exc}"
+        ok, reason = _probe(root, group)
     finally:
         if group:
             group.remove()
-        shutil.rmtree(job, ignore_errors=True)
     if ok:
-        _MODE = Mode("bwrap-uid" if root else "bwrap", memory, "")
+        _MODE = Mode("bwrap-uid" if root else "bwrap", memory, "", cpu, "tmpfs" if disk.can_limit() else "watched")
     else:
         _MODE = Mode("none", "rlimit (per process)", f"bubblewrap cannot make a sandbox here ({reason}); "
                      "it needs user namespaces (kernel.unprivileged_userns_clone=1)")

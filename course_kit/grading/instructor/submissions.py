@@ -1,8 +1,8 @@
 """Reading submissions as hostile files (used by grade.py).
 
 Only regular files inside the student's own folder are read: the folder is walked without following
-symbolic links, the chosen file is opened with O_NOFOLLOW and checked again after opening, and its
-size is capped. A notebook is parsed as plain JSON into the few fields grading needs; anything
+symbolic links, a file with another name elsewhere (a hard link) is refused like a symbolic link,
+the chosen file is opened with O_NOFOLLOW and checked again after opening, and its size is capped. A notebook is parsed as plain JSON into the few fields grading needs; anything
 malformed is a `Malformed` with a one-line reason that never quotes the file's content.
 """
 from __future__ import annotations
@@ -67,28 +67,44 @@ def find(student_dir: Path, name: str) -> Path | None:
     return Path(best[0][1]) if best else None
 
 
-def read_bytes(path: Path, max_bytes: int = MAX_BYTES) -> bytes:
-    """The file's bytes if it is a regular file (not a link) of at most max_bytes, else Malformed."""
-    info = os.lstat(path)
-    if stat.S_ISLNK(info.st_mode):
-        raise Malformed(f"{path.name} is a symbolic link; only regular files are graded")
+def linked(name: str) -> str:
+    """The one reason for a submission that is a link: a symbolic link, or a hard link (a file with
+    another name elsewhere, e.g. a peer's notebook), which is refused the same way."""
+    return f"{name} is a link (symbolic or hard); only files that are not links are graded"
+
+
+def too_big(name: str, size: int | None, cap: int) -> str:
+    """The one size message (MiB, the unit said once)."""
+    shown = f"{size / 2**20:.1f} of " if size is not None else ""
+    return f"{name} is over the size cap ({shown}at most {cap / 2**20:g} MiB)"
+
+
+def _plain(info: os.stat_result, name: str) -> None:
+    if stat.S_ISLNK(info.st_mode) or (stat.S_ISREG(info.st_mode) and info.st_nlink > 1):
+        raise Malformed(linked(name))
     if not stat.S_ISREG(info.st_mode):
-        raise Malformed(f"{path.name} is not a regular file")
+        raise Malformed(f"{name} is not a regular file")
+
+
+def read_bytes(path: Path, max_bytes: int = MAX_BYTES) -> bytes:
+    """The file's bytes if it is a regular file that is no link (symbolic or hard) of at most
+    max_bytes, else Malformed. Checked before opening and again on the open file."""
+    info = os.lstat(path)
+    _plain(info, path.name)
     if info.st_size > max_bytes:
-        raise Malformed(f"{path.name} is {info.st_size / 1e6:.1f} MB, over the {max_bytes / 1e6:g} MB cap")
+        raise Malformed(too_big(path.name, info.st_size, max_bytes))
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         raise Malformed(f"{path.name} could not be opened ({exc.strerror})") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise Malformed(f"{path.name} is not a regular file")
+        _plain(os.fstat(fd), path.name)       # the file opened is the one checked (no swap between)
         with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(max_bytes + 1)
     finally:
         os.close(fd)
     if len(data) > max_bytes:
-        raise Malformed(f"{path.name} is over the {max_bytes / 1e6:g} MB cap")
+        raise Malformed(too_big(path.name, None, max_bytes))
     return data
 
 
@@ -151,4 +167,5 @@ def load(path: Path, max_bytes: int = MAX_BYTES) -> Notebook:
     return nb
 
 
-__all__ = ["BEGIN", "Cell", "Malformed", "Notebook", "find", "load", "parse", "read_bytes", "MAX_BYTES"]
+__all__ = ["BEGIN", "Cell", "Malformed", "Notebook", "find", "linked", "load", "parse", "read_bytes",
+           "too_big", "MAX_BYTES"]
