@@ -29,6 +29,9 @@ def readout_html(run: dict) -> str:
             f'{int(s["steps"])} steps.</div>')
 
 
+FIGURE_PX = 860    # fits the output area of a ~970 px notebook column (a 1,400 px window with the file browser open)
+
+
 class LiveEngine:
     """Controls for one engine run; Run replays the workload and redraws the figure and the numbers."""
 
@@ -81,6 +84,7 @@ class LiveEngine:
             self.button.disabled = False
         self.readout.value = readout_html(self.run)
         self.figure = live_figure(self.run)
+        self.figure.update_layout(width=FIGURE_PX)
         redraw(self.out, self.figure)
 
     def _ipython_display_(self) -> None:

@@ -28,7 +28,7 @@ def figure_bundle(fig: go.Figure) -> dict:
     plotly extension), HTML that loads plotly.js from its CDN (for front ends without the
     extension, such as Colab), and plain text."""
     spec = json.loads(fig.to_json())                      # JSON-safe data and layout
-    spec["config"] = {"displaylogo": False}
+    spec["config"] = {"displaylogo": False, "responsive": True}   # follows its column when the page resizes
     title = fig.layout.title.text or "figure"
     return {"application/vnd.plotly.v1+json": spec,
             "text/html": fig.to_html(full_html=False, include_plotlyjs="cdn",
