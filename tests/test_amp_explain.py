@@ -25,9 +25,12 @@ def _live_tensors() -> int:
 def test_saved_bytes_probe_frees_its_forward_graph():
     model = tiny_gpt.TinyGPT.from_preset("smoke", seed=0)
     tokens = torch.randint(0, model.cfg.vocab, (2, model.cfg.seq_len + 1))
+    amp.saved_bytes_by_dtype(model, tokens, "bf16")       # first call: lazily made module state settles
     before = _live_tensors()
-    by = amp.saved_bytes_by_dtype(model, tokens, "bf16")
-    assert _live_tensors() == before          # the leak made this grow by one forward's tensors
+    for _ in range(3):
+        by = amp.saved_bytes_by_dtype(model, tokens, "bf16")
+    # the leak made this grow by one forward's tensors a call; other tests' garbage may only shrink it
+    assert _live_tensors() <= before
     assert by["bfloat16"] > 0 and by["float32"] > 0
     assert amp.saved_activation_bytes(model, tokens, "fp32") > sum(by.values())
 

@@ -72,3 +72,9 @@ def test_row_stepper(page):
     m = re.search(r"running max m = ([-\d.]+), running sum l = ([-\d.]+)", row_text())
     assert m, row_text()
     box.screenshot(path=str(ARTIFACTS / "nb08_row_stepper.png"))
+
+
+def test_outputs_fit_the_notebook_column(page):
+    """Last in this file: it resizes the window and opens the file browser (browser_support.LAYOUTS)."""
+    from browser_support import assert_fits, check_layouts
+    assert_fits(check_layouts(page), NAME)

@@ -48,3 +48,9 @@ def test_schedule_choice_redraws_readout_and_gantt(page):
              "GPipe holds more activations than 1F1B")
     wait_for(fig, lambda f: f["data"] != fig1["data"], "the Gantt chart should redraw for GPipe")
     box.screenshot(path=str(ARTIFACTS / "nb09_pipeline_schedules.png"))
+
+
+def test_outputs_fit_the_notebook_column(page):
+    """Last in this file: it resizes the window and opens the file browser (browser_support.LAYOUTS)."""
+    from browser_support import assert_fits, check_layouts
+    assert_fits(check_layouts(page), NAME)
