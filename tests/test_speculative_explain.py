@@ -70,9 +70,15 @@ def test_batch_roofline_verify_is_one_step_at_batch_1_and_k_plus_1_steps_past_th
     assert pts[0]["speedup"] > 2 and pts[-1]["speedup"] < 1
     b = at_batch.break_even_batch(pts)
     text = explain.explain_batch(pts, ridge)
-    assert b is not None and f"From batch {b} on" in text
+    assert b is not None and f"From batch {b} on, speculation no longer pays" in text
+    assert "From batch 128 on, a verify pass carries more than the ridge" in text     # 128 x 5 > ridge > 32 x 5
     small = at_batch.curve(0.8, 4, [1, 2, 4], target, draft, context=512, gbs=gbs, tflops=tflops)
-    assert "still pays at every batch" in explain.explain_batch(small, ridge)
+    text = explain.explain_batch(small, ridge)
+    assert "still pays at every batch" in text and "No verify pass shown reaches" in text
+    # past the ridge, yet still paying: long contexts make the plain step read K/V, not weights
+    kv_bound = at_batch.curve(1.0, 4, [1, 64, 256], target, draft, context=512, gbs=gbs, tflops=tflops)
+    text = explain.explain_batch(kv_bound, ridge)
+    assert "still pays" in text and "more than the ridge" in text
 
 
 def test_figures_and_the_explorer_redraw_from_a_record():

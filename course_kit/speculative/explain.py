@@ -110,12 +110,16 @@ def explain_batch(points: list[Mapping], ridge: float, where: str = "the rooflin
             f"predicted at **{first['speedup']:.2f}x**; at batch {last['batch']} the verify pass carries "
             f"{last['batch'] * (k + 1):,} tokens, costs {last['verify_over_step']:.2f} plain steps, and the "
             f"prediction is **{last['speedup']:.2f}x**.")
+    crossed = next((p for p in points if p["batch"] * (k + 1) > ridge), None)
+    if crossed is not None:
+        text += (f" From batch {crossed['batch']} on, a verify pass carries more than the ridge point's "
+                 f"{ridge:,.0f} tokens (peak FLOP/s over bandwidth): its FLOPs, no longer its bytes, set its time, "
+                 f"so the k + 1 tokens cost more plain steps the larger the batch.")
+    else:
+        text += f" No verify pass shown reaches the ridge point's {ridge:,.0f} tokens (peak FLOP/s over bandwidth)."
     below = next((p for p in points if p["speedup"] <= 1.0), None)
     if below is not None:
-        text += (f" From batch {below['batch']} on, speculation no longer pays: past about {ridge:,.0f} tokens a "
-                 f"pass (the ridge point, peak FLOP/s over bandwidth) the target's pass is compute-bound, so "
-                 f"the k + 1 tokens cost what k + 1 steps would.")
+        text += f" From batch {below['batch']} on, speculation no longer pays."
     else:
-        text += (f" Speculation still pays at every batch shown: no pass reaches the ridge point of about "
-                 f"{ridge:,.0f} tokens.")
+        text += f" Speculation still pays at every batch shown, by less as the batch grows."
     return text
