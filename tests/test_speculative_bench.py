@@ -37,7 +37,7 @@ def small_pair(tmp_path_factory):
 def test_bench_records_every_peer_and_phase(small_pair, monkeypatch):
     monkeypatch.setenv("COURSE_KIT_DATA", str(small_pair))
     from course_kit.benchmarks import speculative as bench_spec
-    rec = bench_spec.run({"size": "smoke", "device": "cpu"})
+    rec = bench_spec.run({"size": "smoke", "device": "cpu", "hf": True})
     s = rec["summary"]
     assert "errors" not in s, s.get("errors")
     assert all(s["greedy_identical_fp32"].values())
@@ -50,6 +50,10 @@ def test_bench_records_every_peer_and_phase(small_pair, monkeypatch):
     assert best["agreement_with_target_alone"] == 1.0
     assert s["step_costs"]["c"] > 0 and best["predicted_speedup"] > 0
     assert set(s["meets"]) == set(s["targets"]) == {"speedup_vs_target", "vs_hf_assisted"}
+    # HF's peers ran on the same checkpoints and gave the same greedy tokens
+    assert {"hf_generate", "hf_assisted_default", f"hf_assisted_k{s['best_k']}"} <= names
+    assert s["hf_outputs_agreement_with_target"] == 1.0 and s["hf_assisted_matches_hf_generate"]
+    assert s["vs_hf_assisted"] > 0
 
 
 def test_live_run_says_where_each_token_came_from(small_pair, monkeypatch):
