@@ -37,7 +37,13 @@ def accept_greedy_fused(*args, **kwargs):
 
 
 class SpeculativeDecoder:
-    """Greedy or sampled decoding of one sequence with a draft of k tokens a round."""
+    """Greedy or sampled decoding of one sequence with a draft of k tokens a round.
+
+    kernels: "torch" (the models' own layers) or "triton" (notebook 05's Triton step, at most 8
+    tokens a pass: k <= 7), or a (draft, verify) pair of them. accept: "auto" fuses the greedy
+    acceptance into one Triton kernel on the Triton verify step; "torch" keeps PyTorch's ops.
+    use_graphs: capture the round in one CUDA graph (default: on a GPU). scrub: zero rejected K/V.
+    """
 
     def __init__(self, target: llama.Transformer, draft: llama.Transformer | None, k: int, *, max_seq: int = 512,
                  temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
@@ -58,6 +64,9 @@ class SpeculativeDecoder:
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
         draft_kernels, verify_kernels = (kernels, kernels) if isinstance(kernels, str) else kernels
+        if verify_kernels == "triton" and k + 1 > 8:
+            raise ValueError(f"the Triton verify step takes at most 8 tokens (k <= 7), got k = {k}: "
+                             f"pass kernels=('triton', 'torch') to verify with the model's own layers")
         self.target, self.draft, self.k, self.max_seq = target, draft, k, max_seq
         self.temperature, self.top_k, self.top_p, self.scrub = temperature, top_k, top_p, scrub
         self.kernels = {"draft": draft_kernels if k else None, "verify": verify_kernels}

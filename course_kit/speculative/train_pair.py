@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict:
                                  device=dev, seed=args.seed, name=role)
         save_model(model, out / P.NAMES[role])
         del model
-        shipped = P.load(role, torch.float32, "cpu", out)   # what a learner loads: bf16 weights, fp32 compute
+        shipped = P.load(role, torch.float32, dev, out)   # what a learner loads: bf16 weights, fp32 compute
         rec["models"][role] = {
             "name": P.NAMES[role], "shape": P.SHAPES[role], "params": cfg.num_params(),
             "train": {k: v for k, v in log.items() if k != "losses"}, "losses": log["losses"],
