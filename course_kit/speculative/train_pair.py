@@ -29,8 +29,8 @@ from ..models import llama
 from . import corpus as C
 from . import pair as P
 
-DEFAULT_STEPS = {"target": 950, "draft": 1500}
-DEFAULT_LR = {"target": 2e-3, "draft": 3e-3}
+DEFAULT_STEPS = {"target": 950, "draft": 1500, "distill": 0}
+DEFAULT_LR = {"target": 2e-3, "draft": 3e-3, "distill": 1e-3}
 HELDOUT_TOKENS = 65_536        # predicted tokens the recorded held-out perplexity averages over
 SLICE_WINDOWS = 4              # windows of the shipped slice (the test re-scores it in seconds)
 
@@ -61,18 +61,29 @@ def fresh_model(cfg: llama.ModelConfig, seed: int, device: torch.device) -> llam
     return model.train()
 
 
+def _loss(logits: torch.Tensor, x: torch.Tensor, teacher_logits: torch.Tensor | None) -> torch.Tensor:
+    """Next-token cross-entropy against the data, or against a teacher's distributions (distillation:
+    the cross-entropy of the student's log-probabilities under the teacher's probabilities)."""
+    logits = logits.float()
+    if teacher_logits is None:
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+    return -(torch.softmax(teacher_logits.float(), -1) * torch.log_softmax(logits, -1)).sum(-1).mean()
+
+
 def train_model(cfg: llama.ModelConfig, stream: torch.Tensor, *, steps: int, batch: int = 4, seq_len: int = P.SEQ_LEN,
                 lr: float = 2e-3, warmup: int = 30, precision: str = "fp32", device: str | torch.device = "cpu",
-                seed: int = 0, log_every: int = 50, name: str = "model") -> tuple[llama.Transformer, dict]:
-    """Train a course Llama on random windows of `stream` (int64 tokens on `device`); returns the
-    model and a log (losses, tokens seen, wall and CPU seconds)."""
+                seed: int = 0, log_every: int = 50, name: str = "model", model: llama.Transformer | None = None,
+                teacher: llama.Transformer | None = None) -> tuple[llama.Transformer, dict]:
+    """Train a course Llama (fresh from `seed`, or `model`) on random windows of `stream` (int64
+    tokens on `device`), against the next tokens or, with `teacher`, against the teacher's
+    distributions; returns the model and a log (losses, tokens seen, wall and CPU seconds)."""
     if steps < 1 or batch < 1:
         raise ValueError(f"steps and batch must be >= 1, got {steps} and {batch}")
     if len(stream) <= seq_len + 1:
         raise ValueError(f"the stream ({len(stream)} tokens) is shorter than one window of {seq_len + 1}")
     dev = torch.device(device)
     prec = amp.get(precision)
-    model = fresh_model(cfg, seed, dev)
+    model = fresh_model(cfg, seed, dev) if model is None else model.train()
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
@@ -91,7 +102,9 @@ def train_model(cfg: llama.ModelConfig, stream: torch.Tensor, *, steps: int, bat
             x = stream[starts[:, None] + offsets]
             with prec.context(dev.type):
                 logits = model(x[:, :-1])
-            loss = F.cross_entropy(logits.float().reshape(-1, cfg.vocab_size), x[:, 1:].reshape(-1))
+                with torch.no_grad():
+                    taught = teacher(x[:, :-1]) if teacher is not None else None
+            loss = _loss(logits, x, taught)
             opt.zero_grad(set_to_none=True)
             if scaler is None:
                 loss.backward()
@@ -120,18 +133,56 @@ def save_model(model: llama.Transformer, folder: Path) -> None:
     hf.save_pretrained(str(folder))
 
 
-def main(argv: list[str] | None = None) -> dict:
+def _data(out: Path, kind: str, reuse_tokenizer: bool):
+    """The corpus, its tokenizer (trained and saved, or the one saved in `out`), both splits' tokens."""
+    corpus = C.load_corpus()
+    if reuse_tokenizer:
+        tok = C.load_tokenizer(out / P.TOKENIZER)
+    else:
+        tok = C.make_tokenizer(corpus, P.VOCAB, kind)
+        tok.save(out / P.TOKENIZER)
+    train_texts, heldout_texts = corpus.texts("train"), corpus.texts("heldout")
+    train = torch.as_tensor(C.encode_stream(tok, train_texts), dtype=torch.long)
+    heldout = torch.as_tensor(C.encode_stream(tok, heldout_texts), dtype=torch.long)
+    print(f"train {len(train):,} tokens, held out {len(heldout):,} tokens, vocab {tok.vocab_size}", flush=True)
+    about = {"kind": tok.kind, "vocab_size": tok.vocab_size, "train_tokens": len(train),
+             "heldout_tokens": len(heldout), "heldout_chars_per_token": sum(map(len, heldout_texts)) / len(heldout)}
+    return corpus, tok, train, heldout, about
+
+
+def _score(role: str, out: Path, dev, windows, slice_, logs: dict) -> dict:
+    """Load what was saved (bf16 weights, fp32 compute: what a learner loads) and score it."""
+    shipped = P.load(role, torch.float32, dev, out)
+    entry = {"name": P.NAMES[role], "shape": P.SHAPES[role], "params": shipped.config.num_params(),
+             "heldout_ppl": P.perplexity(shipped, windows), "heldout_ppl_tokens": int(windows[:, 1:].numel()),
+             "slice_ppl": P.perplexity(shipped, slice_), "slice_tokens": int(slice_[:, 1:].numel())}
+    for stage, log in logs.items():
+        entry[stage] = {k: v for k, v in log.items() if k != "losses"}
+        entry[f"{stage}_losses"] = log["losses"]
+    print(f"{role}: held-out perplexity {entry['heldout_ppl']:.3f}", flush=True)
+    return entry
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description="train the course's target and draft on the stdlib sources")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     ap.add_argument("--out", default=None, help="folder for the checkpoints (default: data/models)")
     ap.add_argument("--target-steps", type=int, default=DEFAULT_STEPS["target"])
     ap.add_argument("--draft-steps", type=int, default=DEFAULT_STEPS["draft"])
+    ap.add_argument("--distill-steps", type=int, default=DEFAULT_STEPS["distill"],
+                    help="then train the draft on the target's distributions (0: off)")
+    ap.add_argument("--distill-only", action="store_true",
+                    help="only distill the draft already saved in --out from the target saved there")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
     ap.add_argument("--precision", default=None, help=f"one of {list(amp.PRECISIONS)} (default: by device)")
     ap.add_argument("--tokenizer", default="bpe", choices=["bpe", "bytes"])
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = _parser().parse_args(argv)
     torch.set_num_threads(args.threads)
     dev = torch.device(args.device)
     if dev.type == "cuda":
@@ -141,42 +192,40 @@ def main(argv: list[str] | None = None) -> dict:
     precision = args.precision or precision_for(dev)
     out = Path(args.out) if args.out else P.models_dir()
     out.mkdir(parents=True, exist_ok=True)
+    command = "python -m course_kit.speculative.train_pair " + " ".join(argv or [])
 
     print("== corpus and tokenizer", flush=True)
-    corpus = C.load_corpus()
-    tok = C.make_tokenizer(corpus, P.VOCAB, args.tokenizer)
-    tok.save(out / P.TOKENIZER)
-    train_texts, heldout_texts = corpus.texts("train"), corpus.texts("heldout")
-    train = torch.as_tensor(C.encode_stream(tok, train_texts), dtype=torch.long)
-    heldout = torch.as_tensor(C.encode_stream(tok, heldout_texts), dtype=torch.long)
-    print(f"train {len(train):,} tokens, held out {len(heldout):,} tokens, vocab {tok.vocab_size}", flush=True)
+    corpus, tok, train, heldout, about = _data(out, args.tokenizer, reuse_tokenizer=args.distill_only)
     stream = train.to(dev)
-
-    rec: dict = {"corpus": corpus.describe(), "tokenizer": {"kind": tok.kind, "vocab_size": tok.vocab_size,
-                 "train_tokens": len(train), "heldout_tokens": len(heldout),
-                 "heldout_chars_per_token": sum(map(len, heldout_texts)) / len(heldout)},
-                 "device": str(dev), "precision": precision, "torch": torch.__version__, "models": {},
-                 "command": "python -m course_kit.speculative.train_pair " + " ".join(argv or [])}
     windows = P.windows_of(heldout, limit_tokens=HELDOUT_TOKENS)
     slice_ = windows[:SLICE_WINDOWS].clone()
-    from safetensors.torch import save_file
-    save_file({"tokens": slice_.to(torch.int32).contiguous()}, str(out / P.SLICE))
-    for role, steps in (("draft", args.draft_steps), ("target", args.target_steps)):
-        print(f"== training the {role}", flush=True)
-        cfg = P.config(role, tok.vocab_size)
-        model, log = train_model(cfg, stream, steps=steps, batch=args.batch, lr=DEFAULT_LR[role], precision=precision,
-                                 device=dev, seed=args.seed, name=role)
-        save_model(model, out / P.NAMES[role])
-        del model
-        shipped = P.load(role, torch.float32, dev, out)   # what a learner loads: bf16 weights, fp32 compute
-        rec["models"][role] = {
-            "name": P.NAMES[role], "shape": P.SHAPES[role], "params": cfg.num_params(),
-            "train": {k: v for k, v in log.items() if k != "losses"}, "losses": log["losses"],
-            "heldout_ppl": P.perplexity(shipped, windows), "heldout_ppl_tokens": int(windows[:, 1:].numel()),
-            "slice_ppl": P.perplexity(shipped, slice_), "slice_tokens": int(slice_[:, 1:].numel())}
-        print(f"{role}: held-out perplexity {rec['models'][role]['heldout_ppl']:.3f}", flush=True)
+    kw = dict(batch=args.batch, precision=precision, device=dev, seed=args.seed)
+    models, logs = {}, {"draft": {}, "target": {}}
+    if args.distill_only:
+        rec = P.record(out)
+        rec.setdefault("commands", [rec.get("command", "")]).append(command)
+        models = {r: P.load(r, torch.float32, dev, out) for r in ("draft", "target")}
+    else:
+        rec = {"corpus": corpus.describe(), "tokenizer": about, "device": str(dev), "precision": precision,
+               "torch": torch.__version__, "models": {}, "command": command}
+        from safetensors.torch import save_file
+        save_file({"tokens": slice_.to(torch.int32).contiguous()}, str(out / P.SLICE))
+        for role, steps in (("draft", args.draft_steps), ("target", args.target_steps)):
+            print(f"== training the {role}", flush=True)
+            models[role], logs[role]["train"] = train_model(P.config(role, tok.vocab_size), stream, steps=steps,
+                                                            lr=DEFAULT_LR[role], name=role, **kw)
+    if args.distill_steps:
+        print("== distilling the draft from the target", flush=True)
+        models["draft"], logs["draft"]["distill"] = train_model(
+            P.config("draft", tok.vocab_size), stream, steps=args.distill_steps, lr=DEFAULT_LR["distill"], warmup=10,
+            name="distill", model=models["draft"], teacher=models["target"].eval(), **kw)
+    for role in ("draft", "target"):
+        if logs[role]:
+            save_model(models[role], out / P.NAMES[role])
+            rec["models"][role] = {**rec["models"].get(role, {}), **_score(role, out, dev, windows, slice_, logs[role])}
     rec["python"] = platform.python_version()
-    rec["total_cpu_s"] = sum(m["train"]["cpu_s"] for m in rec["models"].values())
+    rec["total_cpu_s"] = sum(v.get("cpu_s", 0) for m in rec["models"].values() for v in m.values()
+                             if isinstance(v, dict))
     (out / P.RECORD).write_text(json.dumps(rec, indent=1) + "\n")
     print(f"wrote {out}", flush=True)
     return rec
