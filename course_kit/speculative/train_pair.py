@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> dict:
     precision = args.precision or precision_for(dev)
     out = Path(args.out) if args.out else P.models_dir()
     out.mkdir(parents=True, exist_ok=True)
-    command = "python -m course_kit.speculative.train_pair " + " ".join(argv or [])
+    command = "python -m course_kit.speculative.train_pair " + " ".join(sys.argv[1:] if argv is None else argv)
 
     print("== corpus and tokenizer", flush=True)
     corpus, tok, train, heldout, about = _data(out, args.tokenizer, reuse_tokenizer=args.distill_only)
