@@ -1,4 +1,4 @@
-"""The decoder's Triton pieces on a CPU (Triton's interpreter): the fused greedy acceptance against
+"""Speculative decoding's Triton kernel on a CPU (Triton's interpreter): the fused greedy acceptance against
 `rules.accept_greedy` and the bookkeeping it replaces, ties included."""
 import pytest
 import torch
@@ -6,7 +6,7 @@ import torch
 pytest.importorskip("triton")
 
 from course_kit.speculative import rules  # noqa: E402
-from course_kit.speculative.accept_triton import accept_greedy_fused  # noqa: E402
+from course_kit.cuda_graphs.decode_kernels.accept import accept_greedy_fused  # noqa: E402
 
 BLOCK = 1024
 

@@ -13,8 +13,8 @@ downloaded at run time, so the course trains its own pair on text every machine 
                 target's verify step (the model's own layers, or notebook 05's Triton kernels)
     rules       what is kept of a draft (greedy; the rejection rule of Leviathan et al. and Chen et
                 al.) and the expected speed-up
-    accept_triton  the greedy acceptance and its bookkeeping in one Triton kernel (the Triton path)
-    decoder     `SpeculativeDecoder`: draft, verify, accept, roll back; one CUDA graph per round
+    decoder     `SpeculativeDecoder`: draft, verify, accept, roll back; one CUDA graph per round (its
+                greedy acceptance on the Triton path: cuda_graphs/decode_kernels/accept.py)
     at_batch    why speculation pays less as the batch grows: the roofline of a round at batch B
     measure     tokens/s of every peer measured one way, acceptance per position, step costs, HF's
                 assisted generation

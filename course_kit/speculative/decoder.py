@@ -32,7 +32,7 @@ from .steps import rows_step
 
 
 def accept_greedy_fused(*args, **kwargs):
-    from .accept_triton import accept_greedy_fused as fused   # Triton only where it is used
+    from ..cuda_graphs.decode_kernels.accept import accept_greedy_fused as fused   # Triton only where used
     return fused(*args, **kwargs)
 
 
@@ -144,7 +144,7 @@ class SpeculativeDecoder:
                 self._scrub(self.dcache, self.pos[:k + 1])
 
     def _accept(self, logits: torch.Tensor) -> None:
-        """The acceptance rule and the bookkeeping, in PyTorch (`accept_triton.py` fuses the greedy one)."""
+        """The acceptance rule and the bookkeeping, in PyTorch (`decode_kernels/accept.py` fuses the greedy one)."""
         k = self.k
         if self.temperature == 0:
             self.verify_step.greedy(logits, out=self.tgt)

@@ -14,6 +14,8 @@ a kernel each in the eager step. Here they ride inside the products that need th
                 and one small kernel picks the winner (PyTorch reduces 128k logits in one block);
 - `step`        `TritonDecodeStep`: the course model's decode step from these, five kernels a
                 layer (six when attention cuts the context into slices);
+- `accept`      speculative decoding's greedy acceptance (notebook 10): the verify pass's argmax,
+                the kept prefix and the sequence's bookkeeping in one program;
 - `exchange`    under tensor parallelism (notebook 09), the ranks' partial sums pushed by each
                 row-parallel product into every GPU's symmetric memory and summed by the next
                 product as it loads x: no all-reduce kernel.

@@ -1,4 +1,4 @@
-"""The greedy acceptance of a round in one Triton kernel (the decoder's Triton path).
+"""Speculative decoding's greedy acceptance in one Triton kernel (notebook 10; speculative/decoder.py).
 
 After the verify pass, `rules.accept_greedy` and the bookkeeping around it are a dozen tiny PyTorch
 kernels: each row's argmax, the comparison with the draft, a cumulative product and a sum, writing
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from ..device import use_triton_interpreter_without_cuda
+from ...device import use_triton_interpreter_without_cuda
 
 use_triton_interpreter_without_cuda()   # before the first @triton.jit below
 
