@@ -6,7 +6,8 @@ its kernel launches, so a model's cost per token is about its number of layers (
 the logits and the argmax). The target is deep and narrow (16 layers of width 192); the draft is one
 layer of the same width, about a ninth of the target's parameters, so its step costs about a tenth
 of the target's. Both share one byte-level BPE of 2,048 tokens, trained on the same corpus
-(`corpus.py`), and the same head size (64), so one set of kernels serves both.
+(`corpus.py`), and the same head size (64), so one set of kernels serves both. The draft is
+finally distilled from the target (`train_pair.py`): agreeing with the target is its job.
 
 Files under `data/models/` (or $COURSE_KIT_DATA/models): `stdlib-target/` and `stdlib-draft/`
 (config.json + model.safetensors, as `save_pretrained` writes them), `stdlib-tokenizer.json`,

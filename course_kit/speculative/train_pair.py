@@ -8,6 +8,12 @@ scaler come from `course_kit.amp` (fp32 on a CPU, bf16 on sm_80+, fp16 with the 
 `DynamicLossScaler` on older GPUs). AdamW, a linear warm-up then a cosine decay, gradients clipped at
 1. Each step reads `batch` random windows of `SEQ_LEN + 1` tokens from the training split.
 
+Three stages: the draft on the data, the target on the data, then the draft again on the target's
+next-token distributions (distillation, `--distill-steps`): what speculation needs of a draft is
+to agree with the target, and on the shipped pair this stage raised the greedy acceptance rate
+from about 0.49 to 0.59 (k = 4, 64-token continuations on the CPU) while the draft's own held-out
+perplexity rose from 61 to 69.
+
 Afterwards the weights are rounded to bf16 (the checkpoints are half the size), saved, loaded back,
 and scored on the held-out split: the perplexity recorded is that of the files shipped.
 """
@@ -30,8 +36,8 @@ from ..models import llama
 from . import corpus as C
 from . import pair as P
 
-DEFAULT_STEPS = {"target": 950, "draft": 1500, "distill": 0}
-DEFAULT_LR = {"target": 2e-3, "draft": 3e-3, "distill": 1e-3}
+DEFAULT_STEPS = {"target": 950, "draft": 1500, "distill": 400}
+DEFAULT_LR = {"target": 2e-3, "draft": 3e-3, "distill": 2e-3}
 HELDOUT_TOKENS = 65_536        # predicted tokens the recorded held-out perplexity averages over
 SLICE_WINDOWS = 4              # windows of the shipped slice (the test re-scores it in seconds)
 
