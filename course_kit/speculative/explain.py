@@ -30,8 +30,8 @@ def explain_verify_cost(costs: Mapping, where: str = "this run") -> str:
             f"{tm:.3f} ms: **{ratio:.2f}x** the time for {most}x the tokens.")
     if ratio < ONE_STEP_WITHIN:
         text += (f" Verifying {most - 1} draft tokens costs about one step: at batch 1 the pass's time hardly "
-                 f"depends on how many tokens it carries, because what it pays for is reading the weights and "
-                 f"launching the kernels (notebook 05), once either way.")
+                 f"depends on how many tokens it carries, so what it pays for is paid once per pass (reading "
+                 f"every weight, launching every operation: notebook 05), not once per token.")
     elif ratio > 0.8 * most / one:
         text += (" Here every token costs nearly a full step: this device computes them one after another, so "
                  "a verify pass saves almost nothing over running the target token by token.")
