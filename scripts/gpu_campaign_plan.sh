@@ -35,17 +35,22 @@ if [ "$PLAN" = check ]; then
   exit 0
 fi
 
-# 1. records (the notebooks read them)
-step bench-traces 150 $BENCH traces --out "$REF/h200" --param "trace_dir=\"$REF/h200/traces\""
-step bench-async 300 $BENCH async --out "$REF/h200"
-step bench-amp 150 $BENCH amp --out "$REF/h200"
-step bench-capstone 220 $BENCH capstone --out "$REF/h200"
-for topic in ${EXTRA_TOPICS:-}; do
-  step "bench-$topic" 180 $BENCH "$topic" --out "$REF/h200"
-done
-# 2. every H200 notebook, one at a time, on a quiet GPU (09 needs two GPUs: not here)
-step record 1500 python3 -m course_kit record ${NOTEBOOKS:-00 01 02 03 04 05 06 07 08 10} --timeout 600 \
+# 1. records the notebooks read: issue 40's first (traces, GPU idle, memory), then the GPU issues'
+step bench-traces 120 $BENCH traces --out "$REF/h200" --param "trace_dir=\"$REF/h200/traces\""
+step bench-async 180 $BENCH async --out "$REF/h200" --param 'batches=[16, 64]'
+step bench-amp 120 $BENCH amp --out "$REF/h200"
+step bench-capstone 180 $BENCH capstone --out "$REF/h200"
+step bench-woq 160 $BENCH woq --out "$REF/h200"
+step bench-engine 140 $BENCH engine --out "$REF/h200"
+step bench-speculative 130 $BENCH speculative --out "$REF/h200"
+step bench-fp8_train 90 $BENCH fp8_train --out "$REF/h200"
+step bench-aoti 100 $BENCH aoti --out "$REF/h200"
+python3 -m course_kit.benchtable --write > "$RES/benchtable.log" 2>&1
+# 2. every H200 notebook, one at a time, on a quiet GPU (09 needs two GPUs: not lent this session)
+step record 900 python3 -m course_kit record ${NOTEBOOKS:-07 10 01 08 03 05 02 06 00 04} --timeout 600 \
   --out "$REF/h200/notebooks"
-# 3. the GPU tests, as far as the time goes
-step gpu-tests 400 $GPU_TESTS tests
+# 3. the GPU tests of this session's new code, as far as the time goes
+step gpu-tests 400 $GPU_TESTS ${FINAL_TESTS:-tests/test_profiling.py tests/test_lesson_traces.py \
+  tests/test_memory_snapshot.py tests/test_woq_gemv.py tests/test_woq_decode.py tests/test_fp8.py tests/test_dtypes.py \
+  tests/test_async_loop.py tests/test_capstone.py tests/test_amp.py}
 date +%s > "$ROOT/done"

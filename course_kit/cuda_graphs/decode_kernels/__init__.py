@@ -14,6 +14,8 @@ a kernel each in the eager step. Here they ride inside the products that need th
                 and one small kernel picks the winner (PyTorch reduces 128k logits in one block);
 - `step`        `TritonDecodeStep`: the course model's decode step from these, five kernels a
                 layer (six when attention cuts the context into slices);
+- `accept`      speculative decoding's greedy acceptance (notebook 10): the verify pass's argmax,
+                the kept prefix and the sequence's bookkeeping in one program;
 - `woq_gemv`    the same products on weight-only int8 and int4 weights (issue 48, notebook 01 §7):
                 codes dequantised in registers, never a bf16 copy of the weights;
 - `woq_pack`    how those weights sit in memory: woq.py's codes in int32 words, and back;
