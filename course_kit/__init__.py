@@ -15,8 +15,8 @@ Lectures:
     streams         07 CUDA streams, events and overlap, and their CPU stand-in
     attention       08 every way the course computes attention, up to Triton and Gluon kernels
     parallel        09 data, tensor, pipeline, expert and context parallelism on several processes
-    capstone        10 the technique ladder of the capstone workload
-    speculative     10 speculative decoding on a target and a draft the course trains itself
+    capstone        10 the technique ladder of the capstone workload; speculative decoding on the
+                    course's own trained pair
 Core, shared by lectures:
     models          the course's Llama (loads HF weights), caches, sampling, a tiny GPT
     engine          the inference engine: scheduler, block manager, model runner, async loop (06, 07, 10)

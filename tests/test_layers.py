@@ -26,7 +26,7 @@ LAYERS = [
     ("engine", ("course_kit.engine",)),
     ("lessons", ("course_kit.roofline", "course_kit.dtypes", "course_kit.amp", "course_kit.compile_modes",
                  "course_kit.capture", "course_kit.cuda_graphs", "course_kit.batching", "course_kit.streams",
-                 "course_kit.parallel", "course_kit.capstone", "course_kit.speculative")),
+                 "course_kit.parallel", "course_kit.capstone")),
     ("benchmarks", ("course_kit.benchmarks",)),
     ("display", ("course_kit.plots", "course_kit.notebook", "course_kit.lab")),
     ("widgets", ("course_kit.widgets",)),
@@ -185,7 +185,7 @@ MAPPED = ["course_kit", "course_kit.amp", "course_kit.attention", "course_kit.be
           "course_kit.streams", "course_kit.widgets", "course_kit.grading", "course_kit.grading.instructor",
           "course_kit.roofline", "course_kit.capture", "course_kit.cuda_graphs", "course_kit.cuda_graphs.decode_kernels",
           "course_kit.batching", "course_kit.capstone", "course_kit.profiling",
-          "course_kit.speculative"]
+          "course_kit.capstone.speculative"]
 
 
 @pytest.mark.parametrize("package", MAPPED)

@@ -1,4 +1,4 @@
-"""Speculative decoding on the course's own target and draft (course_kit/speculative, notebook 10).
+"""Speculative decoding on the course's own target and draft (course_kit/capstone/speculative, notebook 10).
 
 Oracles: the target's own greedy decoding (`llama.generate`) for the greedy output; a plain decode of
 the same tokens for the caches after rollback; the target's exact next-token distributions for the
@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from course_kit.models import llama
-from course_kit.speculative import pair as P
-from course_kit.speculative import rules
-from course_kit.speculative.decoder import SpeculativeDecoder
-from course_kit.speculative.steps import rows_step
+from course_kit.capstone.speculative import pair as P
+from course_kit.capstone.speculative import rules
+from course_kit.capstone.speculative.decoder import SpeculativeDecoder
+from course_kit.capstone.speculative.steps import rows_step
 
 needs_pair = pytest.mark.skipif(not P.available(), reason="the trained pair is not under data/models")
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from course_kit.models import llama
-from course_kit.speculative import measure, pair as P
-from course_kit.speculative.train_pair import save_model
+from course_kit.capstone.speculative import measure, pair as P
+from course_kit.capstone.speculative.train_pair import save_model
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ import pytest
 
 from course_kit.models import llama
 from course_kit.plots import speculative as plots
-from course_kit.speculative import at_batch, explain, rules
+from course_kit.capstone.speculative import at_batch, explain, rules
 from course_kit.widgets.speculative import SpeculationExplorer, tokens_html
 
 COSTS = {"target_ms": {1: 0.200, 4: 0.210, 8: 0.230}, "draft_ms": 0.020, "c": 0.1}

@@ -1,4 +1,4 @@
-"""The acceptance rules of speculative decoding and the expected speed-up (course_kit/speculative/rules.py).
+"""The acceptance rules of speculative decoding and the expected speed-up (course_kit/capstone/speculative/rules.py).
 
 The sampled rule is checked the way its paper states it (Leviathan et al. 2023, theorem 3.5): tokens
 produced by drafting and rejection are distributed as the target's own samples. A Markov chain over
@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from course_kit.speculative import rules
+from course_kit.capstone.speculative import rules
 
 V, K, T, N = 4, 2, 3, 60_000
 

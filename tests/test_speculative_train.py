@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from course_kit.models import llama
-from course_kit.speculative import corpus as C
-from course_kit.speculative import pair as P
-from course_kit.speculative import train_pair as T
+from course_kit.capstone.speculative import corpus as C
+from course_kit.capstone.speculative import pair as P
+from course_kit.capstone.speculative import train_pair as T
 
 
 def test_the_corpus_is_the_stdlib_in_a_fixed_order_with_a_hashed_split(tmp_path):

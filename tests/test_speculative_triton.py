@@ -5,7 +5,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from course_kit.speculative import rules  # noqa: E402
+from course_kit.capstone.speculative import rules  # noqa: E402
 from course_kit.cuda_graphs.decode_kernels.accept import accept_greedy_fused  # noqa: E402
 
 BLOCK = 1024

@@ -1,7 +1,7 @@
 """`course-kit bench speculative`: speculative decoding at batch 1 on the course's own trained pair.
 
 In one run, on the shipped target and draft (data/models, trained by
-`python -m course_kit.speculative.train_pair`), greedy, prompts from the held-out slice:
+`python -m course_kit.capstone.speculative.train_pair`), greedy, prompts from the held-out slice:
 1. correctness first: in fp32, the speculative decoder's tokens (the round in a CUDA graph, the
    model's own layers: fp32 Triton kernels would only add compile time; the GPU tests check those)
    against the target's own greedy loop; then, for every timed run, its tokens against the target
@@ -29,9 +29,9 @@ import torch
 from .. import bench
 from .. import device as device_info
 from ..device import default_device
-from ..speculative import measure as M
-from ..speculative import pair as P
-from ..speculative import rules
+from ..capstone.speculative import measure as M
+from ..capstone.speculative import pair as P
+from ..capstone.speculative import rules
 
 SIZES = {
     "smoke": dict(prompts=1, prompt_len=16, new_tokens=12, ks=[1, 2], repeat=1, hf=False, max_seq=96,
@@ -63,7 +63,7 @@ def _pick_kernels(target, gpu: bool, summary: dict) -> str:
         return "torch"
     try:
         from ..models import llama
-        from ..speculative.steps import rows_step
+        from ..capstone.speculative.steps import rows_step
         cfg, w = target.config, target.tok_embeddings.weight
         caches = [llama.StaticKVCache(cfg, 1, 64, w.dtype, w.device) for _ in range(2)]
         prompt = torch.arange(1, 9, device=w.device)[None]
@@ -183,7 +183,7 @@ def run(params: dict) -> dict:
     dtype = device_info.param_dtype(params)
     if not P.available():
         raise FileNotFoundError(f"no trained pair under {P.models_dir()}: run "
-                                "`python -m course_kit.speculative.train_pair` first")
+                                "`python -m course_kit.capstone.speculative.train_pair` first")
     t0 = time.perf_counter()
     summary: dict = {"dtype": str(dtype).replace("torch.", ""), "pair": P.record().get("models", {})}
     summary["pair"] = {r: {k: v for k, v in m.items() if k != "losses"} for r, m in summary["pair"].items()}

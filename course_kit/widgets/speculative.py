@@ -12,7 +12,7 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from ..plots.speculative import acceptance_figure, spec_rows, speedup_figure
-from ..speculative import explain
+from ..capstone.speculative import explain
 from .dtypes import redraw
 
 __all__ = ["SpeculationExplorer", "DRAFTS", "tokens_html"]

@@ -8,7 +8,7 @@ downloaded at run time, so the course trains its own pair on text every machine 
     pair        the target's and the draft's shapes (and why), where the checkpoints live, loading,
                 held-out perplexity
     train_pair  the training loop (notebook 02's precision modes and loss scaler) and
-                `python -m course_kit.speculative.train_pair`
+                `python -m course_kit.capstone.speculative.train_pair`
     steps       a pass over M new tokens of one sequence on a static cache: the draft's step and the
                 target's verify step (the model's own layers, or notebook 05's Triton kernels)
     rules       what is kept of a draft (greedy; the rejection rule of Leviathan et al. and Chen et

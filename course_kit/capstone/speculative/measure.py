@@ -19,8 +19,8 @@ from typing import Callable
 
 import torch
 
-from .. import bench
-from ..models import llama
+from ... import bench
+from ...models import llama
 from . import pair as P
 from . import rules
 from .decoder import SpeculativeDecoder
@@ -103,7 +103,7 @@ def _step_fn(step, model: llama.Transformer, m: int, position: int, max_seq: int
         step.greedy(step(tokens, positions, cache), out=out)
     if not graphs:
         return body
-    from ..cuda_graphs.runner import capture
+    from ...cuda_graphs.runner import capture
     with torch.no_grad():
         return capture(body).replay
 

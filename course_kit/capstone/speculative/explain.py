@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .. import narrate
+from ... import narrate
 from . import rules
 
 ONE_STEP_WITHIN = 1.5     # a pass over M tokens "costs about one step" below 1.5 steps

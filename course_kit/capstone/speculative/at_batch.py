@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..models import llama
+from ...models import llama
 from . import rules
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from ..models import sampling
+from ...models import sampling
 
 
 def expected_tokens(alpha: float, k: int) -> float:

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..models import llama
+from ...models import llama
 
 VOCAB = 2048
 SEQ_LEN = 512                 # training windows; the models know positions up to MAX_POSITIONS
@@ -65,12 +65,12 @@ def available(folder: Path | None = None) -> bool:
 def load(role: str, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
          folder: Path | None = None) -> llama.Transformer:
     """The shipped (or freshly trained) target or draft, as a course Llama."""
-    from ..models.hf import model_from_pretrained
+    from ...models.hf import model_from_pretrained
     folder = Path(folder) if folder is not None else models_dir()
     path = folder / NAMES.get(role, role)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"no {role} checkpoint at {path}; train one with "
-                                f"`python -m course_kit.speculative.train_pair --out {folder}`")
+                                f"`python -m course_kit.capstone.speculative.train_pair --out {folder}`")
     model = model_from_pretrained(path, dtype=dtype, device=device)
     model.config.name = NAMES[role]
     return model

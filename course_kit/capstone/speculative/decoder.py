@@ -26,13 +26,13 @@ import math
 
 import torch
 
-from ..models import llama, sampling
+from ...models import llama, sampling
 from . import rules
 from .steps import rows_step
 
 
 def accept_greedy_fused(*args, **kwargs):
-    from ..cuda_graphs.decode_kernels.accept import accept_greedy_fused as fused   # Triton only where used
+    from ...cuda_graphs.decode_kernels.accept import accept_greedy_fused as fused   # Triton only where used
     return fused(*args, **kwargs)
 
 
@@ -86,7 +86,7 @@ class SpeculativeDecoder:
         self._buffers(seed)
         self.graph = None
         if self.use_graphs:
-            from ..cuda_graphs.runner import capture
+            from ...cuda_graphs.runner import capture
             self._reset_state(2)                       # warm-up rounds write at safe positions
             with torch.no_grad():
                 self.graph = capture(self._round_body)

@@ -1,7 +1,7 @@
 """Train the course's target and draft on the standard library's sources, and ship them.
 
-    python -m course_kit.speculative.train_pair --device cpu  --out data/models   # ~45 min of one core
-    python -m course_kit.speculative.train_pair --device cuda --out data/models   # about a minute on an H200
+    python -m course_kit.capstone.speculative.train_pair --device cpu  --out data/models   # ~45 min of one core
+    python -m course_kit.capstone.speculative.train_pair --device cuda --out data/models   # about a minute on an H200
 
 The training step is notebook 02's: the precision mode (autocast dtype, TF32 switches) and the loss
 scaler come from `course_kit.amp` (fp32 on a CPU, bf16 on sm_80+, fp16 with the course's
@@ -30,9 +30,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .. import amp
-from ..device import compute_dtype
-from ..models import llama
+from ... import amp
+from ...device import compute_dtype
+from ...models import llama
 from . import corpus as C
 from . import pair as P
 
@@ -135,7 +135,7 @@ def train_model(cfg: llama.ModelConfig, stream: torch.Tensor, *, steps: int, bat
 
 def save_model(model: llama.Transformer, folder: Path) -> None:
     """Round to bf16 and write config.json + model.safetensors (HF's layout: loads in both worlds)."""
-    from ..models.hf import model_to_hf
+    from ...models.hf import model_to_hf
     hf = model_to_hf(model.to(torch.bfloat16))
     hf.save_pretrained(str(folder))
 
@@ -193,13 +193,13 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     dev = torch.device(args.device)
     if dev.type == "cuda":
-        from ..device import has_cuda
+        from ...device import has_cuda
         if not has_cuda():
             raise SystemExit("--device cuda: no CUDA GPU here")
     precision = args.precision or precision_for(dev)
     out = Path(args.out) if args.out else P.models_dir()
     out.mkdir(parents=True, exist_ok=True)
-    command = "python -m course_kit.speculative.train_pair " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m course_kit.capstone.speculative.train_pair " + " ".join(sys.argv[1:] if argv is None else argv)
 
     print("== corpus and tokenizer", flush=True)
     corpus, tok, train, heldout, about = _data(out, args.tokenizer, reuse_tokenizer=args.distill_only)

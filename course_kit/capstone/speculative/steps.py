@@ -27,7 +27,7 @@ from functools import partial
 
 import torch
 
-from ..models import llama
+from ...models import llama
 
 
 def _rows_attend(q, k, v, *, k_cache, v_cache, positions, fn, scale):
@@ -69,8 +69,8 @@ class _RowView:
 
 def triton_rows(model: llama.Transformer, pdl: bool | None = None):
     """A `TritonRows` for `model` (imports Triton's kernels only when asked for)."""
-    from ..cuda_graphs.decode_kernels.gemv import MAX_ROWS
-    from ..cuda_graphs.decode_kernels.step import TritonDecodeStep
+    from ...cuda_graphs.decode_kernels.gemv import MAX_ROWS
+    from ...cuda_graphs.decode_kernels.step import TritonDecodeStep
 
     class TritonRows(TritonDecodeStep):
         """TritonDecodeStep over M tokens of one sequence: cache row 0 viewed M times, a zero block table."""
