@@ -26,6 +26,7 @@ Foundation:
     gpu_specs       the vendors' datasheet peaks of the GPUs the course meets (device.peaks)
     bench           honest timing: warm-up, CUDA events, medians, rotation; the bench topic registry
     reference       recorded results under data/reference/<gpu-slug>/
+    paths           where the data lives (data/reference, data/traces, data/models): the one rule
     traces          where request traces live (data/traces/) and how a name finds one
     narrate         the words of "what just happened": comparisons whose wording follows the numbers
     profiling       the profiler as the instrument: GPU idle from kernel intervals, traces, memory

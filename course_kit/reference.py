@@ -4,29 +4,19 @@ by the notebooks, so that no measured number is ever typed into prose.
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
 import torch
 from .device import has_cuda
+from .paths import data_dir
 
 REFERENCE_GPU = "h200"
 
 
 def root() -> Path:
-    """The `data/reference` folder: $COURSE_KIT_DATA/reference, else the checkout's, else the course wheel's, else
-    ./data/reference."""
-    env = os.environ.get("COURSE_KIT_DATA")
-    if env:
-        return Path(env) / "reference"
-    checkout = Path(__file__).resolve().parents[1] / "data" / "reference"
-    if checkout.is_dir():
-        return checkout
-    in_wheel = Path(__file__).resolve().parent / "_data" / "reference"   # the course wheel (colab.add_data)
-    if in_wheel.is_dir():
-        return in_wheel
-    return Path.cwd() / "data" / "reference"
+    """The `data/reference` folder (paths.data_dir: $COURSE_KIT_DATA, the checkout, the course wheel)."""
+    return data_dir("reference")
 
 
 def slug_for(name: str | None, count: int = 1) -> str:

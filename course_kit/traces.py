@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-TRACES_DIR = Path(__file__).resolve().parents[1] / "data" / "traces"
-if not TRACES_DIR.is_dir():   # installed from the course wheel, which carries them (colab.add_data)
-    TRACES_DIR = Path(__file__).resolve().parent / "_data" / "traces"
+from .paths import data_dir
+
+TRACES_DIR = data_dir("traces")
 
 
 def trace_path(name: str | Path) -> Path:

@@ -52,5 +52,5 @@ step record 900 python3 -m course_kit record ${NOTEBOOKS:-07 10 01 08 03 05 02 0
 # 3. the GPU tests of this session's new code, as far as the time goes
 step gpu-tests 400 $GPU_TESTS ${FINAL_TESTS:-tests/test_profiling.py tests/test_lesson_traces.py \
   tests/test_memory_snapshot.py tests/test_woq_gemv.py tests/test_woq_decode.py tests/test_fp8.py tests/test_dtypes.py \
-  tests/test_async_loop.py tests/test_capstone.py tests/test_amp.py}
+  tests/test_async_loop.py tests/test_capstone.py tests/test_amp.py tests/test_speculative.py}
 date +%s > "$ROOT/done"

@@ -20,7 +20,7 @@ NOTEBOOK_SOURCES = PACKAGE.parent / "notebooks" / "src"
 # below; "course_kit" itself (the package's __init__) belongs to none and may be imported by all.
 LAYERS = [
     ("foundation", ("course_kit.device", "course_kit.gpu_specs", "course_kit.bench", "course_kit.reference", "course_kit.traces",
-                    "course_kit.narrate", "course_kit._moved", "course_kit.profiling")),
+                    "course_kit.narrate", "course_kit._moved", "course_kit.profiling", "course_kit.paths")),
     ("attention", ("course_kit.attention",)),
     ("models", ("course_kit.models",)),
     ("engine", ("course_kit.engine",)),

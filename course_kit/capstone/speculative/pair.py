@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from ...models import llama
+from ...paths import data_dir
 
 VOCAB = 2048
 SEQ_LEN = 512                 # training windows; the models know positions up to MAX_POSITIONS
@@ -49,12 +49,8 @@ def config(role: str, vocab_size: int = VOCAB) -> llama.ModelConfig:
 
 
 def models_dir() -> Path:
-    """$COURSE_KIT_DATA/models, else the checkout's data/models, else ./data/models."""
-    env = os.environ.get("COURSE_KIT_DATA")
-    if env:
-        return Path(env) / "models"
-    checkout = Path(__file__).resolve().parents[2] / "data" / "models"
-    return checkout if checkout.is_dir() else Path.cwd() / "data" / "models"
+    """data/models (paths.data_dir: $COURSE_KIT_DATA, the checkout, the course wheel)."""
+    return data_dir("models")
 
 
 def available(folder: Path | None = None) -> bool:
