@@ -6,6 +6,7 @@
 # (course-kit record checks the GPU is quiet and stamps it); then the GPU tests. Each step has its
 # own time limit and log; a step that fails or runs out of time is logged and the plan goes on.
 #   PLAN=check   a short first call: the new GPU code's tests, and the records that shape later work
+#   PLAN=short   under 20 device minutes: the records no earlier session made, then the new GPU tests
 #   PLAN=final   the records, the notebooks, the GPU tests (default)
 set -uo pipefail
 ROOT=$1
@@ -31,6 +32,21 @@ nvidia-smi --query-gpu=name,driver_version,memory.used,utilization.gpu --format=
 if [ "$PLAN" = check ]; then
   step gpu-tests-new 300 $GPU_TESTS ${CHECK_TESTS:-tests/test_profiling.py tests/test_lesson_traces.py tests/test_memory_snapshot.py}
   step bench-engine 240 $BENCH engine --out "$REF/h200"
+  date +%s > "$ROOT/done"
+  exit 0
+fi
+
+if [ "$PLAN" = short ]; then   # a session with under 20 device minutes: the records nothing else gives
+  step bench-traces 100 $BENCH traces --out "$REF/h200" --param "trace_dir=\"$REF/h200/traces\""
+  step bench-async 150 $BENCH async --out "$REF/h200" --param 'models=["llama-1b"]' --param 'batches=[16]' \
+    --param blog=false
+  step bench-woq 140 $BENCH woq --out "$REF/h200"
+  step bench-speculative 120 $BENCH speculative --out "$REF/h200"
+  step bench-capstone 200 $BENCH capstone --out "$REF/h200" --param n_requests=32
+  step bench-engine 120 $BENCH engine --out "$REF/h200"
+  step bench-amp 120 $BENCH amp --out "$REF/h200"
+  step gpu-tests 240 $GPU_TESTS ${FINAL_TESTS:-tests/test_woq_gemv.py tests/test_woq_decode.py tests/test_speculative.py \
+    tests/test_profiling.py tests/test_lesson_traces.py}
   date +%s > "$ROOT/done"
   exit 0
 fi
