@@ -3,7 +3,8 @@
 On a CPU, in Triton's interpreter, on a one-layer model (every program of the interpreter runs in
 Python): the step against its oracle, the same model with the dequantised weights run eagerly; the
 runner's tokens against that oracle's and the bf16 runner's; the quality comparison's semantics;
-where int4 runs (a T4 simulated). On a GPU: llama-1b's int8 and int4 steps against the bf16 step.
+where int4 runs (a T4 simulated). On a GPU: llama-1b's int8 and int4 steps against their dequantised
+twins, and int8's against the bf16 step.
 """
 import pytest
 import torch
@@ -97,17 +98,24 @@ def test_int4_falls_back_to_the_course_kernel_on_a_t4_and_says_why(monkeypatch):
 # ----------------------------------------------------------------------------- on the GPU
 
 @pytest.mark.gpu
-def test_gpu_llama_1b_quantised_steps_track_the_bf16_step():
+def test_gpu_llama_1b_quantised_steps_are_their_dequantised_twins():
     """llama-1b in bf16 on the H200: int8 and int4 steps graph-captured with PDL give the tokens of
-    the same step run eagerly, and track the bf16 Triton step teacher-forced over 32 positions (the
-    bench runs 256)."""
+    the same step run eagerly, and, teacher-forced over 32 positions, the bf16 Triton step of the
+    model holding their dequantised weights (the kernel's oracle). How far they drift from the bf16
+    model itself is quantisation, not the kernel: random weights give near-flat logits, so int4's
+    agreement with bf16 is low there (the bench records it); only int8's is held to a floor."""
     model = llama.Transformer.from_preset("llama-1b", seed=0, dtype=torch.bfloat16, device="cuda")
     ref = TritonDecodeStep(model)
-    for fmt, floor in (("int8", 0.75), ("int4", 0.3)):     # a broken kernel agrees at ~0 (128k tokens)
+    for fmt in ("int8", "int4"):
         runner = cg.DecodeGraphRunner(model, 1, 64, sizes=[1], kernels="triton", weights=fmt, verbose=False)
         eager = cg.DecodeGraphRunner(model, 1, 64, sizes=[1], kernels="triton", weights=fmt, use_graphs=False,
                                      verbose=False)
         assert runner.use_graphs and runner.decode.pdl
         assert runner.generate([[1, 2, 3]], 8) == eager.generate([[1, 2, 3]], 8)
-        q = Q.compare_steps(ref, runner.decode, model.config, 32, torch.bfloat16, "cuda")
-        assert q["agreement"] >= floor and q["max_abs_dlogit"] < 5.0, (fmt, q)
+        twin = TritonDecodeStep(Q.dequantised_model(model, fmt, runner.decode.group_size))
+        q = Q.compare_steps(twin, runner.decode, model.config, 32, torch.bfloat16, "cuda")
+        # a broken kernel agrees at ~0 over llama's 128k tokens; bf16 rounding alone flips a few near-ties
+        assert q["agreement"] >= 0.8 and q["max_abs_dlogit"] < 1.0, (fmt, "against the dequantised twin", q)
+        if fmt == "int8":
+            q = Q.compare_steps(ref, runner.decode, model.config, 32, torch.bfloat16, "cuda")
+            assert q["agreement"] >= 0.75 and q["max_abs_dlogit"] < 5.0, (fmt, "against bf16", q)
