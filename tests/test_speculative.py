@@ -172,6 +172,38 @@ def test_the_triton_rows_step_is_the_torch_rows_step_and_writes_row_zero():
     torch.testing.assert_close(ref.k, caches[0].k, rtol=1e-5, atol=1e-6)
 
 
+def test_a_graphed_step_keeps_what_its_graph_reads_alive(monkeypatch):
+    """`step_costs` times each step as a CUDA graph's replay. A graph holds raw addresses, no
+    references, so the replay must keep the cache, tokens, positions and output buffer it was captured
+    on alive: once freed, their memory went to the next step's tensors, and on the H200 the bench's
+    replays read garbage positions and wrote K/V out of bounds (an illegal memory access). On a CPU, a
+    stand-in graph that holds what it captured weakly, as a CUDA graph does, and fails on a freed one."""
+    import gc
+    import weakref
+    from course_kit.cuda_graphs import runner
+    from course_kit.capstone.speculative import measure as M
+
+    class WeakGraph:
+        def __init__(self, body):
+            self.body = weakref.ref(body)
+
+        def replay(self):
+            body = self.body()
+            assert body is not None, "replaying a graph whose inputs were freed"
+            body()
+
+    def capture(fn, pool=None, warmup=2):
+        for _ in range(warmup):
+            fn()
+        return WeakGraph(fn)
+    monkeypatch.setattr(runner, "capture", capture)
+    tiny = llama.Transformer.from_preset("tiny", seed=0)
+    fns = [M._step_fn(rows_step(tiny, "torch"), tiny, m, 20, 32, graphs=True) for m in (1, 4)]
+    gc.collect()
+    for fn in fns:
+        fn()
+
+
 def test_decoder_names_the_bad_value():
     tiny = llama.Transformer.from_preset("tiny", seed=0)
     other = llama.Transformer.from_config(llama.ModelConfig(vocab_size=100, dim=32, n_layers=1, n_heads=2,

@@ -105,7 +105,17 @@ def _step_fn(step, model: llama.Transformer, m: int, position: int, max_seq: int
         return body
     from ...cuda_graphs.runner import capture
     with torch.no_grad():
-        return capture(body).replay
+        graph = capture(body)
+
+    # A CUDA graph holds raw addresses, not references. Returning `graph.replay` alone let `body`,
+    # and with it the cache, tokens, positions, out and the step's block table and argmax buffers,
+    # be freed once this function returned; the next step's tensors then took that memory, and a
+    # replay read garbage positions and wrote K/V far outside the cache (the bench's "illegal
+    # memory access" on the H200). The replay keeps `body` (so everything it reads) alive.
+    def replay():
+        graph.replay()
+    replay.keep_alive = body
+    return replay
 
 
 def step_costs(target: llama.Transformer, draft: llama.Transformer, *, rows=(1, 2, 3, 4, 5, 6, 7, 8),
