@@ -58,6 +58,10 @@ def jupyterlab(notebook: Path, tmp: Path, extra_args: tuple[str, ...] = ()):
     settings = work / ".settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    # every cell laid out, in view or not, so that one pass measures them all (wider_than_column)
+    tracker = work / ".settings" / "@jupyterlab" / "notebook-extension"
+    tracker.mkdir(parents=True)
+    (tracker / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
     port, token = _free_port(), secrets.token_hex(16)
     env = {**os.environ, "COURSE_KIT_SMOKE": "1", "JUPYTER_CONFIG_DIR": str(work / ".config"),
            "JUPYTERLAB_WORKSPACES_DIR": str(work / ".workspaces")}
@@ -202,46 +206,47 @@ def settle(pg, fn, quiet_s: float = 1.5, timeout_s: float = 45.0):
 COLUMN_PX = 1100   # the notebook column every figure, widget and table must fit (course_kit.plots.tables)
 SLACK_PX = 2       # sub-pixel rounding
 
-MEASURE = """(index) => {
+# Every code cell's outputs, measured in one pass: JupyterLab's default windowing skips the layout of
+# cells out of view, so jupyterlab() turns windowing off ("none") and every cell is laid out.
+MEASURE = """() => {
   const nb = window.jupyterapp.shell.currentWidget.content;
-  const cell = nb.widgets.filter(c => c.model.type === 'code')[index];
-  const node = cell.node;
-  node.scrollIntoView({block: 'start'});
-  const out = [];
-  node.querySelectorAll('.jp-OutputArea-output').forEach(o => {
-    const box = o.getBoundingClientRect();
-    if (box.width === 0) return;
-    let right = box.right, who = '';
-    o.querySelectorAll('*').forEach(e => {
-      if (e.closest('pre')) return;                       // code listings may scroll
-      const r = e.getBoundingClientRect();
-      if (r.width > 0 && r.height > 0 && r.right > right) {
-        right = r.right; who = e.tagName.toLowerCase() + '.' + (e.className && e.className.baseVal !== undefined
-          ? e.className.baseVal : e.className);
-      }
+  return nb.widgets.filter(c => c.model.type === 'code').map(cell => {
+    const out = [];
+    cell.node.querySelectorAll('.jp-OutputArea-output').forEach(o => {
+      const box = o.getBoundingClientRect();
+      if (box.width === 0) return;
+      let right = box.right, who = '';
+      o.querySelectorAll('*').forEach(e => {
+        if (e.closest('pre')) return;                       // code listings may scroll
+        const r = e.getBoundingClientRect();
+        if (r.width > 0 && r.height > 0 && r.right > right) {
+          right = r.right; who = e.tagName.toLowerCase() + '.' + (e.className && e.className.baseVal !== undefined
+            ? e.className.baseVal : e.className);
+        }
+      });
+      const scrolls = [o, ...o.querySelectorAll('*')].filter(e => !e.closest('pre') && e.tagName !== 'PRE'
+        && e.scrollWidth > e.clientWidth + 2 && getComputedStyle(e).overflowX !== 'visible'
+        && e.clientWidth > 0);
+      out.push({width: box.width, over: right - box.right, who: String(who).slice(0, 80),
+                scrolls: scrolls.map(e => e.tagName.toLowerCase() + '.' + String(e.className).slice(0, 40)
+                                           + ' ' + e.scrollWidth + '>' + e.clientWidth).slice(0, 3)});
     });
-    const scrolls = [o, ...o.querySelectorAll('*')].filter(e => !e.closest('pre') && e.tagName !== 'PRE'
-      && e.scrollWidth > e.clientWidth + 2 && getComputedStyle(e).overflowX !== 'visible'
-      && e.clientWidth > 0);
-    out.push({width: box.width, over: right - box.right, who: String(who).slice(0, 80),
-              scrolls: scrolls.map(e => e.tagName.toLowerCase() + '.' + String(e.className).slice(0, 40)
-                                         + ' ' + e.scrollWidth + '>' + e.clientWidth).slice(0, 3)});
+    return {source: cell.model.sharedModel.getSource().split('\\n')[0].slice(0, 70), outputs: out,
+            declared: cell.model.outputs.length, drawn: cell.node.querySelectorAll('.jp-OutputArea-output').length};
   });
-  return {source: cell.model.sharedModel.getSource().split('\\n')[0].slice(0, 70), outputs: out};
 }"""
 
 
 def wider_than_column(pg) -> tuple[list[str], float]:
-    """Every code cell's outputs scrolled into view (JupyterLab lays out only what is in view) and
-    measured: (what reaches past its output area or scrolls sideways, one line per offender; the
-    widest output area). Source listings (`pre`) may scroll, as code does."""
-    n = pg.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets"
-                    ".filter(c => c.model.type === 'code').length")
+    """Every code cell's outputs measured (all cells are laid out: windowing is off): (what reaches
+    past its output area or scrolls sideways, one line per offender; the widest output area). Source
+    listings (`pre`) may scroll, as code does."""
     bad, widest_area = [], 0.0
-    for i in range(n):
-        got = pg.evaluate(MEASURE, i)
-        pg.wait_for_timeout(150)                 # let plotly and widgets lay out once in view
-        got = pg.evaluate(MEASURE, i)
+    cells = pg.evaluate(MEASURE)
+    # a cell whose outputs were drawn but measured nothing was not laid out: the check would pass blind
+    blind = [i + 1 for i, c in enumerate(cells) if c["drawn"] and not c["outputs"]]
+    assert len(blind) <= len(cells) // 10, f"code cells {blind} were not laid out (windowing on?)"
+    for i, got in enumerate(cells):
         for o in got["outputs"]:
             widest_area = max(widest_area, o["width"])
             if o["over"] > SLACK_PX or o["scrolls"]:

@@ -95,3 +95,9 @@ def test_memory_estimator(page):
               "the estimator's figure should change with the dtype")
     box.screenshot(path=str(ARTIFACTS / "nb01_memory_estimator.png"))
     pg.screenshot(path=str(ARTIFACTS / "nb01_page.png"))
+
+
+def test_learner_on_01_predict_overflow(page):
+    """Last in this file: it edits the exercise cells (tests/browser_learner.py)."""
+    from browser_learner import learner_on_01
+    learner_on_01(page)

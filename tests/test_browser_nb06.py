@@ -74,3 +74,10 @@ def test_live_engine_run_with_another_policy_changes_numbers_and_figure(page):
 def test_outputs_fit_the_notebook_column(page):
     from browser_support import assert_fits, check_layouts
     assert_fits(check_layouts(page), "06_batching.ipynb")
+
+
+def test_learner_on_06_first_preempt(page):
+    """After the layout check (it runs the cells below the widget, down to the first exercise, and edits
+    the exercise cells: tests/browser_learner.py)."""
+    from browser_learner import learner_on_06
+    learner_on_06(page)

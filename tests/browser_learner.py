@@ -6,19 +6,15 @@ of 06, in the learner's build, as issue 22 asks:
 - `grading.hint("NN.name")` in a new cell shows that exercise's hint;
 - the RIGHT answer (the instructor's solution, from the solved build): the check passes.
 
-One JupyterLab serves both notebooks; each runs only down to its first exercise (Run All stops at the
-first stub, as it does for a learner), then the test runs just the cells it edits.
+The two runs are steps on pages that other browser tests already hold (test_browser.py's 01, run to
+its first exercise; test_browser_nb06.py's 06, run down to its widget), so neither notebook runs
+twice: `learner_on_01(pg)` and `learner_on_06(pg)`.
 """
 from __future__ import annotations
 
 import re
-import shutil
 
-import pytest
-
-from browser_support import ARTIFACTS, ROOT, jupyterlab, opened_notebook, wait_for
-
-pytestmark = pytest.mark.browser
+from browser_support import ARTIFACTS, wait_for, wait_ran_to_first_exercise
 
 NB01, NB06 = "01_dtypes_and_overflow.ipynb", "06_batching.ipynb"
 
@@ -86,14 +82,8 @@ def assert_hint(text: str, exercise_id: str) -> None:
     assert " ".join(text.split()) == f"Hint for {exercise_id}: {hint}", text
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    with jupyterlab(ROOT / "notebooks" / NB01, tmp_path_factory.mktemp("lab")) as lab:
-        shutil.copy(ROOT / "notebooks" / NB06, lab["work"] / NB06)
-        yield lab
-
-
-def test_learner_on_01_predict_overflow(lab):
+def learner_on_01(pg) -> None:
+    """On 01, run to its first exercise (01.predict_overflow): wrong answer, hint, right answer."""
     from course_kit import dtypes
     from course_kit.grading.checks import nb01
     ex = "01.predict_overflow"
@@ -104,24 +94,25 @@ def test_learner_on_01_predict_overflow(lab):
     assert truth != wrong_outcome
     wrong = right.replace(f'(3e-8, "fp16"): "{truth}"', f'(3e-8, "fp16"): "{wrong_outcome}"')
     assert wrong != right, "the solution's source changed: update the wrong answer"
-    with opened_notebook(lab, NB01) as pg:               # Run All: it stops at the first exercise's stub
-        sol, chk = _index(pg, ex, "solution"), _index(pg, ex, "check")
-        assert "NotImplementedError" in pg.evaluate(
-            "(i) => window.jupyterapp.shell.currentWidget.content.widgets[i].model.sharedModel.getSource()", sol)
-        _run(pg, sol, wrong)
-        text = _run(pg, chk)
-        assert "1 of 12" in text and "you predicted 'flushed to zero'" in text, text
-        # every expected outcome of the cases it got wrong, and the expected mapping itself
-        assert_short_without(text, ex, [truth, "expected"])
-        assert_hint(_new_cell_below(pg, chk, f'grading.hint("{ex}")'), ex)
-        _run(pg, sol, right)
-        text = _run(pg, chk)
-        assert f"Exercise {ex}: passed" in text, text
-        pg.screenshot(path=str(ARTIFACTS / "learner_01.png"))
+    sol, chk = _index(pg, ex, "solution"), _index(pg, ex, "check")
+    assert "NotImplementedError" in pg.evaluate(
+        "(i) => window.jupyterapp.shell.currentWidget.content.widgets[i].model.sharedModel.getSource()", sol)
+    _run(pg, sol, wrong)
+    text = _run(pg, chk)
+    assert "1 of 12" in text and "you predicted 'flushed to zero'" in text, text
+    # every expected outcome of the cases it got wrong, and the expected mapping itself
+    assert_short_without(text, ex, [truth, "expected"])
+    assert_hint(_new_cell_below(pg, chk, f'grading.hint("{ex}")'), ex)
+    _run(pg, sol, right)
+    text = _run(pg, chk)
+    assert f"Exercise {ex}: passed" in text, text
+    pg.screenshot(path=str(ARTIFACTS / "learner_01.png"))
     assert len(nb01.OVERFLOW_CASES) == 12
 
 
-def test_learner_on_06_first_preempt(lab):
+def learner_on_06(pg) -> None:
+    """On 06, whose page ran down to its widget: the rest down to its first exercise (06.first_preempt),
+    then wrong answer, hint, right answer."""
     from course_kit.grading.checks import registry
     ex = "06.first_preempt"
     right = _solved_source("06_batching", ex)
@@ -129,16 +120,22 @@ def test_learner_on_06_first_preempt(lab):
     step, victim = key["step"], key["victim"]
     head = right.split("# 1. predict")[0]                 # the workload the task cell sets up
     wrong = head + f"PREDICTED_STEP = 3\nSTEP = {step + 1}\nVICTIM = {victim}\n"
-    with opened_notebook(lab, NB06) as pg:
-        sol, chk = _index(pg, ex, "solution"), _index(pg, ex, "check")
-        _run(pg, sol, wrong)
-        text = _run(pg, chk)
-        assert "STEP" in text, text
-        numbers = re.findall(r"\d+", text.replace(ex, ""))
-        assert str(step) not in numbers, f"the feedback shows the expected step {step}: {text!r}"
-        assert_short_without(text, ex, ["expected"])
-        assert_hint(_new_cell_below(pg, chk, f'grading.hint("{ex}")'), ex)
-        _run(pg, sol, right)
-        text = _run(pg, chk)
-        assert f"Exercise {ex}: passed" in text, text
-        pg.screenshot(path=str(ARTIFACTS / "learner_06.png"))
+    below = pg.evaluate(
+        "() => { const nb = window.jupyterapp.shell.currentWidget.content;"
+        " const i = nb.widgets.findIndex(c => c.model.type === 'code' && c.model.executionCount === null);"
+        " nb.activeCellIndex = i; return i; }")
+    assert below >= 0, "every cell of 06 already ran"
+    pg.evaluate("window.jupyterapp.commands.execute('notebook:run-all-below')")
+    wait_ran_to_first_exercise(pg, NB06)        # it stops at the first exercise's stub, as Run All does
+    sol, chk = _index(pg, ex, "solution"), _index(pg, ex, "check")
+    _run(pg, sol, wrong)
+    text = _run(pg, chk)
+    assert "STEP" in text, text
+    numbers = re.findall(r"\d+", text.replace(ex, ""))
+    assert str(step) not in numbers, f"the feedback shows the expected step {step}: {text!r}"
+    assert_short_without(text, ex, ["expected"])
+    assert_hint(_new_cell_below(pg, chk, f'grading.hint("{ex}")'), ex)
+    _run(pg, sol, right)
+    text = _run(pg, chk)
+    assert f"Exercise {ex}: passed" in text, text
+    pg.screenshot(path=str(ARTIFACTS / "learner_06.png"))
