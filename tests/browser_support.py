@@ -126,12 +126,41 @@ def opened_notebook(lab: dict, name: str, run_all: bool = True, viewport: dict |
             browser.close()
 
 
-def notebook_page(name: str):
-    """A module-scoped pytest fixture: `name` (in notebooks/) open in JupyterLab, run to its first exercise."""
+def run_through(pg, marker: str, timeout_s: float = 240) -> int:
+    """Run every cell down to and including the first cell whose source holds `marker` (a widget's
+    constructor, say), and none below it; fail if one of them raised. Returns that cell's index."""
+    last = pg.evaluate(
+        "(m) => { const nb = window.jupyterapp.shell.currentWidget.content;"
+        " const i = nb.widgets.findIndex(c => c.model.sharedModel.getSource().includes(m));"
+        " nb.activeCellIndex = i + 1; return i; }", marker)
+    assert last > 0, f"the notebook has no cell with {marker!r}"
+    pg.evaluate("window.jupyterapp.commands.execute('notebook:run-all-above')")
+    deadline, state = time.time() + timeout_s, {}
+    while time.time() < deadline:
+        state = pg.evaluate(
+            "(last) => { const w = window.jupyterapp.shell.currentWidget;"
+            " const cells = w.content.widgets.slice(0, last + 1).filter(c => c.model.type === 'code');"
+            " const errors = cells.filter(c => c.model.outputs.toJSON()"
+            "   .some(o => o.output_type === 'error')).length;"
+            " return {left: cells.filter(c => c.model.executionCount === null).length, errors,"
+            "  idle: w.sessionContext.session.kernel.status === 'idle'}; }", last)
+        if state["errors"]:
+            pytest.fail(f"cells down to {marker!r} raised in JupyterLab: {state}")
+        if state["left"] == 0 and state["idle"]:
+            return last
+        time.sleep(1.0)
+    pytest.fail(f"the cells down to {marker!r} did not run within {timeout_s} s: {state}")
+
+
+def notebook_page(name: str, through: str | None = None):
+    """A module-scoped pytest fixture: `name` (in notebooks/) open in JupyterLab, run to its first
+    exercise, or only down to the cell holding `through` when the tests need no more (run_through)."""
     @pytest.fixture(scope="module")
     def page(tmp_path_factory):
         with jupyterlab(ROOT / "notebooks" / name, tmp_path_factory.mktemp("lab")) as lab:
-            with opened_notebook(lab, name) as pg:
+            with opened_notebook(lab, name, run_all=through is None) as pg:
+                if through is not None:
+                    run_through(pg, through)
                 yield pg
     return page
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from browser_support import ARTIFACTS, ROOT, figure_state, jupyterlab, opened_notebook, settle, wait_for
+from browser_support import ARTIFACTS, figure_state, notebook_page, settle, wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -19,34 +19,7 @@ NAME = "06_batching.ipynb"
 BOX = ".ck-live-engine"
 
 
-@pytest.fixture(scope="module")
-def page(tmp_path_factory):
-    with jupyterlab(ROOT / "notebooks" / NAME, tmp_path_factory.mktemp("lab")) as lab:
-        with opened_notebook(lab, NAME, run_all=False) as pg:
-            # make the cell after the widget's active, then run every cell above it
-            last = pg.evaluate(
-                "() => { const nb = window.jupyterapp.shell.currentWidget.content;"
-                " const i = nb.widgets.findIndex(c => c.model.sharedModel.getSource().includes('LiveEngine('));"
-                " nb.activeCellIndex = i + 1; return i; }")
-            assert last > 0, "the notebook has no LiveEngine cell"
-            pg.evaluate("window.jupyterapp.commands.execute('notebook:run-all-above')")
-            deadline = time.time() + 240
-            while time.time() < deadline:
-                state = pg.evaluate(
-                    "(last) => { const w = window.jupyterapp.shell.currentWidget;"
-                    " const cells = w.content.widgets.slice(0, last + 1).filter(c => c.model.type === 'code');"
-                    " const errors = cells.filter(c => c.model.outputs.toJSON()"
-                    "   .some(o => o.output_type === 'error')).length;"
-                    " return {left: cells.filter(c => c.model.executionCount === null).length, errors,"
-                    "  idle: w.sessionContext.session.kernel.status === 'idle'}; }", last)
-                if state["errors"]:
-                    pytest.fail(f"cells above the widget raised in JupyterLab: {state}")
-                if state["left"] == 0 and state["idle"]:
-                    break
-                time.sleep(1.0)
-            else:
-                pytest.fail(f"the cells above the widget did not run within 240 s: {state}")
-            yield pg
+page = notebook_page(NAME, through="LiveEngine(")   # the cells down to the widget, none below
 
 
 def test_live_engine_run_with_another_policy_changes_numbers_and_figure(page):
