@@ -116,3 +116,15 @@ def test_tokens_html_colours_each_token_by_where_it_came_from():
     out = tokens_html(["x", "y", "z"], ["prefill", "draft", "target"])
     assert out.count("<span style=\"background:") == 6          # 3 legend entries, 3 tokens
     assert 'title="draft">y<' in out and 'title="target">z<' in out
+
+
+def test_a_shortfall_is_charged_to_the_verify_pass_only_when_its_timing_covers_it():
+    # the H200 record's shape: a small target whose pass over 3 tokens costs 1.64 steps
+    costs = {"target_ms": {"1": 0.165, "2": 0.213, "3": 0.271}, "draft_ms": 0.0173, "c": 0.0173 / 0.165}
+    again = rules.predicted_speedup_from_costs(0.738, 2, 0.0173, 0.165, 0.271)
+    covered = explain.explain_speedup(_row(k=2, alpha=0.738, speedup=again * 0.98), 5000.0, costs)
+    assert "falls short" in covered and f"**{again:.2f}x**" in covered and "account for the gap" in covered
+    left = explain.explain_speedup(_row(k=2, alpha=0.738, speedup=again * 0.6), 5000.0, costs)
+    assert "still unaccounted for" in left and "account for the gap" not in left
+    # no timing of a pass over k + 1 tokens: no such sentence
+    assert "was timed at" not in explain.explain_speedup(_row(speedup=0.5), 5000.0, COSTS)

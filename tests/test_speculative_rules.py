@@ -109,3 +109,14 @@ def test_alpha_from_counts_inverts_the_geometric_model():
     kept = [rounds * alpha ** (i + 1) for i in range(k)]      # position i kept when 0..i all were
     assert rules.alpha_from_counts(kept, rounds) == pytest.approx(alpha)
     assert math.isclose(rules.alpha_from_counts([0, 0], 10), 0.0)
+
+
+def test_the_prediction_from_measured_costs_is_the_papers_when_verifying_costs_one_step():
+    for alpha, k, c in ((0.8, 5, 0.05), (0.6, 2, 0.2), (0.9, 8, 0.0)):
+        assert rules.predicted_speedup_from_costs(alpha, k, c * 0.3, 0.3, 0.3) == pytest.approx(
+            rules.predicted_speedup(alpha, k, c))
+    # the H200 record of 2026-12-02, k = 2: alpha 0.738, draft step 0.01728 ms, target 0.16499 ms over
+    # one token and 0.27085 ms over three: 2.282644 tokens a round * 0.16499 / (2 * 0.01728 + 0.27085)
+    assert rules.predicted_speedup_from_costs(0.738, 2, 0.01728, 0.16499, 0.27085) == pytest.approx(1.2331, abs=1e-4)
+    with pytest.raises(ValueError, match="step times must be > 0"):
+        rules.predicted_speedup_from_costs(0.8, 2, 0.01, 0.3, 0.0)

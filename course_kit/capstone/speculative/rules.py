@@ -44,6 +44,20 @@ def predicted_speedup(alpha: float, k: int, c: float) -> float:
     return expected_tokens(alpha, k) / (1.0 + k * c)
 
 
+def predicted_speedup_from_costs(alpha: float, k: int, draft_ms: float, step_ms: float, verify_ms: float) -> float:
+    """The same expectation with a round charged what it was measured to cost: k draft steps and one
+    target pass over k + 1 tokens (`verify_ms`), against one target step (`step_ms`) per token alone.
+
+    Leviathan et al. charge the verify pass one target step (memory-bound at batch 1: the pass reads
+    the weights once however many tokens it carries); where it costs more, as on a model small enough
+    to be launch- or compute-bound, this is the prediction that holds. With verify_ms = step_ms and
+    draft_ms = c * step_ms it is `predicted_speedup(alpha, k, c)`."""
+    if draft_ms < 0 or min(step_ms, verify_ms) <= 0:
+        raise ValueError(f"step times must be > 0 ms (the draft's >= 0), got draft {draft_ms}, step {step_ms}, "
+                         f"verify {verify_ms}")
+    return expected_tokens(alpha, k) * step_ms / (k * draft_ms + verify_ms)
+
+
 def best_k(alpha: float, c: float, ks=range(1, 9)) -> int:
     """The k of `ks` with the largest predicted speed-up."""
     return max(ks, key=lambda k: predicted_speedup(alpha, k, c))
