@@ -38,7 +38,7 @@ def test_speedup_words_follow_measured_against_predicted():
     beats = explain.explain_speedup(_row(speedup=pred * 1.3, tpr=rules.expected_tokens(0.8, 4) * 1.3), 5000.0, COSTS)
     assert "beats the prediction" in beats and "came in runs" in beats
     slow = explain.explain_speedup(_row(alpha=0.05, speedup=0.7), 5000.0, COSTS)
-    assert "slower than the target alone" in slow
+    assert "slower than the main model alone" in slow
 
 
 def test_best_k_is_compared_with_both_peers_in_either_direction():

@@ -20,7 +20,7 @@ def spec_rows(record: Mapping, draft: str = "trained") -> list[dict]:
 
 
 def speedup_figure(rows: Sequence[Mapping], *, title: str, selected_k: int | None = None) -> go.Figure:
-    """Measured speed-up over the target alone per k (bars) beside Leviathan et al.'s prediction (markers)."""
+    """Measured speed-up over the main model alone per k (bars) beside Leviathan et al.'s prediction (markers)."""
     ks = [r["k"] for r in rows]
     colors = [ORANGE if k == selected_k else BLUE for k in ks]
     fig = go.Figure(go.Bar(x=ks, y=[r["speedup"] for r in rows], name="measured", marker_color=colors,
@@ -30,10 +30,10 @@ def speedup_figure(rows: Sequence[Mapping], *, title: str, selected_k: int | Non
         fig.add_trace(go.Scatter(x=[k for k, _ in pred], y=[p for _, p in pred], mode="markers+lines",
                                  name="predicted from alpha and c", marker={"symbol": "diamond", "size": 10},
                                  line={"dash": "dot", "color": GREY}))
-    fig.add_hline(y=1.0, line_dash="dash", line_color=GREY, annotation_text="the target alone",
+    fig.add_hline(y=1.0, line_dash="dash", line_color=GREY, annotation_text="the main model alone",
                   annotation_position="bottom right")
     fig.update_layout(title=title, xaxis={"title": "draft tokens per round (k)", "dtick": 1},
-                      yaxis={"title": "speed-up over the target alone", "rangemode": "tozero"},
+                      yaxis={"title": "speed-up over the main model alone", "rangemode": "tozero"},
                       height=400, legend={"orientation": "h", "y": -0.2}, margin={"t": 60})
     return fig
 
@@ -79,7 +79,7 @@ def batch_figure(points: Sequence[Mapping], *, title: str) -> go.Figure:
                              name="verify pass / plain step", line={"color": ORANGE, "dash": "dot"}))
     fig.add_hline(y=1.0, line_dash="dash", line_color=GREY)
     fig.update_layout(title=title, xaxis={"title": "batch (sequences)", "type": "log"},
-                      yaxis={"title": "speed-up over the target alone", "rangemode": "tozero"},
+                      yaxis={"title": "speed-up over the main model alone", "rangemode": "tozero"},
                       yaxis2={"title": "verify pass, in plain steps", "overlaying": "y", "side": "right",
                               "rangemode": "tozero"},
                       height=400, legend={"orientation": "h", "y": -0.25}, margin={"t": 60})

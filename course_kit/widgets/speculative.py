@@ -18,7 +18,7 @@ from .dtypes import redraw
 __all__ = ["SpeculationExplorer", "DRAFTS", "tokens_html"]
 
 DRAFTS = {"trained": "the trained draft (1 layer)", "random": "an untrained draft (same shape)",
-          "target": "the target itself"}
+          "target": "the main model itself"}
 COLORS = {"prefill": "#e8e8e8", "draft": "#c7f0c2", "target": "#fde2b8"}
 
 
@@ -95,8 +95,8 @@ class SpeculationExplorer:
         self.live_text.value = html.escape(
             f"Live on this machine, k = {k}: alpha = {lv['row']['alpha']:.2f}, {lv['row']['tokens_per_round']:.2f} "
             f"tokens a round, c = {lv['costs']['c']:.3f}; predicted {lv['predicted_speedup']:.2f}x, measured "
-            f"{lv['speedup']:.2f}x the target alone ({lv['base_tokens_per_s']:,.1f} tokens/s); the tokens are "
-            + ("the target's own greedy tokens." if lv["same_tokens_as_target"] else "NOT the target's tokens."))
+            f"{lv['speedup']:.2f}x the main model alone ({lv['base_tokens_per_s']:,.1f} tokens/s); the tokens are "
+            + ("the main model's own greedy tokens." if lv["same_tokens_as_target"] else "NOT the main model's tokens."))
         self.tokens.value = tokens_html(lv.get("pieces") or [str(t) for t in lv["tokens"]], lv["provenance"])
         return lv
 

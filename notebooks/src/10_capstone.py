@@ -227,32 +227,32 @@ pplots.top_kernels((ref_prof or own_prof)[0], "Costliest per step: " + (ref_prof
 # Notebook 05 measured why decoding one sequence is slow: each step reads every weight of the model
 # (and launches every kernel) to produce **one** token. Notebook 06 answered by batching: one read of
 # the weights serves many sequences. Speculative decoding answers for **one** sequence: a small
-# *draft* model guesses the next $k$ tokens, one cheap step each; the large *target* model then
+# *draft* model guesses the next $k$ tokens, one cheap step each; the large *main* model then
 # scores all $k$ guesses in **one** pass, at positions $P, P+1, \dots, P+k$, reading its weights once.
-# The longest prefix of guesses that the target agrees with is kept, plus one token of the target's
+# The longest prefix of guesses that the main model agrees with is kept, plus one token of the main model's
 # own (the correction after the first wrong guess, or a bonus token when all $k$ were right). Every
-# round yields between 1 and $k+1$ tokens for one pass of the target.
+# round yields between 1 and $k+1$ tokens for one pass of the main model.
 #
-# - **Greedy:** a guess is kept when it is the target's own argmax there, so the output is the
-#   target's greedy output, token for token.
+# - **Greedy:** a guess is kept when it is the main model's own argmax there, so the output is the
+#   main model's greedy output, token for token.
 # - **Sampling** (Leviathan et al. 2023; Chen et al. 2023): keep guess $d_i$ with probability
-#   $\min(1, p_i(d_i)/q_i(d_i))$ ($p$ the target's distribution, $q$ the draft's); at the first
+#   $\min(1, p_i(d_i)/q_i(d_i))$ ($p$ the main model's distribution, $q$ the draft's); at the first
 #   rejection draw from the normalised residual $\max(0, p_i - q_i)$. Every token is then distributed
-#   exactly as the target alone would draw it.
+#   exactly as the main model alone would draw it.
 #
 # If each guess is kept with probability $\alpha$, a round yields on average
-# $E = (1 - \alpha^{k+1})/(1 - \alpha)$ tokens; if a draft step costs $c$ target steps, the expected
+# $E = (1 - \alpha^{k+1})/(1 - \alpha)$ tokens; if a draft step costs $c$ main-model steps, the expected
 # speed-up is $E / (1 + k c)$ (Leviathan et al., theorem 3.8). It needs a draft that agrees often
 # (high $\alpha$) and costs little (small $c$), and a verify pass over $k+1$ tokens that costs about
 # one step.
 #
-# A random draft never agrees with a random target, so this section needs **trained** models, and
+# A random draft never agrees with a random main model, so this section needs **trained** models, and
 # nothing may be downloaded. The course trains its own pair on text every Python install carries:
-# the standard library's sources, with a byte-level BPE of 2,048 tokens. The target is deep and
+# the standard library's sources, with a byte-level BPE of 2,048 tokens. The main model is deep and
 # narrow (16 layers); the draft is one layer of the same width, so at batch 1 on a GPU, where a step
-# costs about its kernel launches, a draft step should cost about a tenth of a target step (measured
-# below). After its own training the draft is trained once more on the target's next-token
-# distributions (distillation): agreeing with the target is its whole job, so it gives up some of its
+# costs about its kernel launches, a draft step should cost about a tenth of a main-model step (measured
+# below). After its own training the draft is trained once more on the main model's next-token
+# distributions (distillation): agreeing with the main model is its whole job, so it gives up some of its
 # own perplexity on the data for a higher $\alpha$.
 
 # %%
@@ -269,7 +269,7 @@ from course_kit.widgets.speculative import SpeculationExplorer, tokens_html
 SPEC_DTYPE = P["dtype"] if ON_GPU else torch.float32
 SPEC_KERNELS = "triton" if triton_kernels(torch.device(P["device"])) else "torch"
 SPEC_TOKENS = {"smoke": 12, "cpu": 24}.get(SIZE, 128)      # new tokens of the live decodes
-target, draft = pair.load_pair(SPEC_DTYPE, P["device"])
+main_model, draft = pair.load_pair(SPEC_DTYPE, P["device"])
 tok = pair.tokenizer()
 trained = pair.record()
 prompt = measure.prompts(1, 48)[0]
@@ -279,20 +279,20 @@ def stage(m, name):
 
 
 rows_md = "".join(
-    f"| {role} | {m['shape']['n_layers']} x {m['shape']['dim']} | {m['params'] / 1e6:.2f}M | {stage(m, 'train')} | "
+    f"| {pair.ROLE_LABELS.get(role, role)} | {m['shape']['n_layers']} x {m['shape']['dim']} | {m['params'] / 1e6:.2f}M | {stage(m, 'train')} | "
     f"{stage(m, 'distill') or '-'} | {m['heldout_ppl']:.1f} |\n" for role, m in trained["models"].items())
-md("| model | layers x width | parameters | trained on the data | distilled from the target | held-out perplexity |\n"
+md("| model | layers x width | parameters | trained on the data | distilled from the main model | held-out perplexity |\n"
    "|---|---|---|---|---|---|\n"
    + rows_md + f"\nTrained with `{trained['command'].strip()}` on Python {trained['python']}'s standard library "
    f"({trained['corpus']['train_files']} files; {trained['corpus']['heldout_files']} held out by a hash of their path). "
-   f"The draft has {trained['models']['draft']['params'] / trained['models']['target']['params']:.2f} of the "
-   f"target's parameters.")
+   f"The draft has {trained['models']['draft']['params'] / trained['models'][pair.MAIN_ROLE]['params']:.2f} of the "
+   f"main model's parameters.")
 
 # %% [markdown]
 # ### One round, as the decoder runs it
 #
 # The decoder keeps the sequence, its length and the positions on the device, so a whole round (the
-# draft's $k$ steps, the target's verify pass, the acceptance, the rollback of rejected K/V) is one
+# draft's $k$ steps, the main model's verify pass, the acceptance, the rollback of rejected K/V) is one
 # CUDA graph on a GPU, replayed without the host waiting in between. Rolling back costs nothing: the
 # K/V that rejected tokens left in the caches sit past the sequence's length, where attention never
 # reads, and the next round writes over them first.
@@ -303,7 +303,7 @@ show_source(rules.accept_greedy)
 show_source(rules.accept_sampled)
 
 # %% [markdown]
-# The target's verify pass is the batch-1 decode step of notebook 05 with one change: its $k+1$ rows
+# The main model's verify pass is the batch-1 decode step of notebook 05 with one change: its $k+1$ rows
 # all read and write the **same** cache row, each at its own position, so each token attends to
 # those before it.
 
@@ -312,34 +312,34 @@ from course_kit.capstone.speculative import steps as spec_steps
 show_source(spec_steps._rows_attend)
 
 # %% [markdown]
-# ### Live: the draft guesses, the target decides
+# ### Live: the draft guesses, the main model decides
 #
 # A prompt from the held-out files (never seen in training), decoded greedily with $k = 3$. Green
-# tokens were guessed by the draft and kept; orange ones are the target's own, one per round.
+# tokens were guessed by the draft and kept; orange ones are the main model's own, one per round.
 
 # %%
-live_dec = SpeculativeDecoder(target, draft, 3, max_seq=len(prompt) + SPEC_TOKENS + 16, kernels=SPEC_KERNELS)
+live_dec = SpeculativeDecoder(main_model, draft, 3, max_seq=len(prompt) + SPEC_TOKENS + 16, kernels=SPEC_KERNELS)
 live_tokens = live_dec.generate(prompt, SPEC_TOKENS, trace=True)
-# the target alone, through the same kernels (k = 0: one target step a round)
-plain_tokens = SpeculativeDecoder(target, None, 0, max_seq=len(prompt) + SPEC_TOKENS + 16,
+# the main model alone, through the same kernels (k = 0: one main-model step a round)
+plain_tokens = SpeculativeDecoder(main_model, None, 0, max_seq=len(prompt) + SPEC_TOKENS + 16,
                                   kernels=SPEC_KERNELS).generate(prompt, SPEC_TOKENS)
 st = live_dec.stats()
 display(HTML(tokens_html([tok.decode([t]) for t in live_tokens], live_dec.provenance(SPEC_TOKENS))))
-md(f"{st['rounds']} rounds of the target gave {st['emitted'] + 1} tokens (the first from the prefill); each "
+md(f"{st['rounds']} rounds of the main model gave {st['emitted'] + 1} tokens (the first from the prefill); each "
    f"draft position was kept at a rate alpha = **{st['alpha']:.2f}**. The tokens are "
-   + ("**the same** as the target's own greedy decoding." if live_tokens == plain_tokens
-      else "**not** the same as the target's own greedy decoding: a bug, or two logits within rounding of each other."))
+   + ("**the same** as the main model's own greedy decoding." if live_tokens == plain_tokens
+      else "**not** the same as the main model's own greedy decoding: a bug, or two logits within rounding of each other."))
 
 # %% [markdown]
 # ### Why verifying $k$ tokens costs about one step
 #
-# One pass of the target over $M$ tokens, for $M$ from 1 to 8, and one draft step, each alone (on a
+# One pass of the main model over $M$ tokens, for $M$ from 1 to 8, and one draft step, each alone (on a
 # GPU, each in its own CUDA graph). At batch 1 on a GPU the pass costs what reading the weights and
 # launching the kernels costs, whatever $M$ is. A CPU computes the $M$ tokens' arithmetic one core's
 # worth at a time, so there the cost grows with $M$.
 
 # %%
-spec_costs = measure.step_costs(target, draft, rows=(1, 4) if P["smoke"] else (1, 2, 4, 8), kernels=SPEC_KERNELS,
+spec_costs = measure.step_costs(main_model, draft, rows=(1, 4) if P["smoke"] else (1, 2, 4, 8), kernels=SPEC_KERNELS,
                                 max_seq=256, repeat=10 if P["smoke"] else 20)
 spec_ref = notebook.record("speculative")
 ref_gpu = spec_ref["environment"].get("gpu", "the reference GPU") if spec_ref else None
@@ -347,15 +347,15 @@ here = f"this run ({P['device']})"
 md(spec_explain.explain_verify_cost(spec_costs, here))
 if spec_ref and spec_ref["summary"].get("step_costs"):
     md(spec_explain.explain_verify_cost(spec_ref["summary"]["step_costs"], f"the record ({ref_gpu})"))
-    fig = spec_plots.verify_cost_figure(spec_ref["summary"]["step_costs"], title=f"The target's pass on {ref_gpu}")
+    fig = spec_plots.verify_cost_figure(spec_ref["summary"]["step_costs"], title=f"The main model's pass on {ref_gpu}")
 else:
-    fig = spec_plots.verify_cost_figure(spec_costs, title=f"The target's pass in {here}")
+    fig = spec_plots.verify_cost_figure(spec_costs, title=f"The main model's pass in {here}")
 fig
 
 # %% [markdown]
 # ### Predicted against measured
 #
-# The record times, in one run on one GPU: the target alone (notebook 05's fastest runner, the Triton
+# The record times, in one run on one GPU: the main model alone (notebook 05's fastest runner, the Triton
 # decode step in a CUDA graph), speculation for $k = 1 \dots 8$, and HF transformers' assisted
 # generation (`generate(..., assistant_model=...)`) on the same two checkpoints. For each $k$, the
 # bars are the measured speed-up; the markers are Leviathan et al.'s prediction from that run's
@@ -370,7 +370,7 @@ if spec_ref:
                                  spec_sum.get("hf_assisted_tokens_per_s"), f"the record ({ref_gpu})") + " "
        + spec_explain.explain_speedup(best, spec_sum["target_alone_tokens_per_s"], spec_sum["step_costs"],
                                       f"the record ({ref_gpu})"))
-    fig = spec_plots.speedup_figure(spec_rows, title=f"Speculation over the target alone, {ref_gpu}",
+    fig = spec_plots.speedup_figure(spec_rows, title=f"Speculation over the main model alone, {ref_gpu}",
                                     selected_k=best["k"])
 else:
     print("No record of `course-kit bench speculative` yet: it is made on the H200 with that command.")
@@ -385,7 +385,7 @@ fig
 # tokens; verifying $k+1$ guesses per sequence makes it $B(k+1)$ tokens, and once that passes the
 # ridge point (peak FLOP/s over bandwidth, in tokens a pass: computed below) the pass is
 # compute-bound: the guesses cost as much as computing the tokens plainly, and the rejected ones are
-# pure waste. Below: the model of a round for a `llama-1b`-shaped target and a `smollm-135m`-shaped
+# pure waste. Below: the model of a round for a `llama-1b`-shaped main model and a `smollm-135m`-shaped
 # draft, sequences of 256 tokens, with the H200's measured bandwidth and bf16 matmul rate and the
 # record's $\alpha$.
 
@@ -409,16 +409,16 @@ spec_plots.batch_figure(points, title=f"Predicted speed-up of speculation (k = 4
 # Choose $k$ and the draft. The record's bars and sentence are redrawn at once: how often each draft
 # position was kept, and the predicted beside the recorded speed-up. The record also ran two other
 # drafts once each: an **untrained** draft of the same shape (it is almost never right) and **the
-# target itself** as its own draft (always right, and as costly as the target). The Run button decodes
+# main model itself** as its own draft (always right, and as costly as the main model). The Run button decodes
 # live on this machine with the shipped checkpoints, with the chosen draft and $k$ (at most 3 on a
 # CPU: a few seconds), and colours the tokens as above.
 
 # %%
-spec_drafts = {"trained": draft, "random": pair.random_draft(SPEC_DTYPE, P["device"]), "target": target}
+spec_drafts = {"trained": draft, "random": pair.random_draft(SPEC_DTYPE, P["device"]), pair.MAIN_ROLE: main_model}
 
 
 def spec_live(which, k):
-    out = measure.live_run(target, spec_drafts[which], k, prompt, SPEC_TOKENS, kernels=SPEC_KERNELS,
+    out = measure.live_run(main_model, spec_drafts[which], k, prompt, SPEC_TOKENS, kernels=SPEC_KERNELS,
                            step_repeat=3)
     out["pieces"] = [tok.decode([t]) for t in out["tokens"]]
     return out
@@ -429,10 +429,10 @@ explorer.k.value = 3
 widgets.show(explorer, explorer.figures.get("speedup"), "the speculation explorer")
 
 # %% [markdown]
-# **In short:** at batch 1 a pass of the target costs about the same for one token or for a few, so a
+# **In short:** at batch 1 a pass of the main model costs about the same for one token or for a few, so a
 # cheap draft's guesses can be checked almost for free; what speculation buys is $E/(1 + kc)$, set by
 # how often the draft is right ($\alpha$) and what it costs ($c$); greedy output is unchanged and
-# sampled output keeps the target's distribution; and it pays less as the batch grows, because
+# sampled output keeps the main model's distribution; and it pays less as the batch grows, because
 # batching already spends the same spare compute.
 #
 # **Further reading (speculative decoding)**

@@ -26,7 +26,7 @@ def explain_verify_cost(costs: Mapping, where: str = "this run") -> str:
     one, most = rows[0], rows[-1]
     t1, tm = _ms(costs, one), _ms(costs, most)
     ratio = tm / t1
-    text = (f"In {where}, one pass of the target over {one} token took {t1:.3f} ms and over {most} tokens "
+    text = (f"In {where}, one pass of the main model over {one} token took {t1:.3f} ms and over {most} tokens "
             f"{tm:.3f} ms: **{ratio:.2f}x** the time for {most}x the tokens.")
     if ratio < ONE_STEP_WITHIN:
         text += (f" Verifying {most - 1} draft tokens costs about one step: at batch 1 the pass's time hardly "
@@ -34,13 +34,13 @@ def explain_verify_cost(costs: Mapping, where: str = "this run") -> str:
                  f"every weight, launching every operation: notebook 05), not once per token.")
     elif ratio > 0.8 * most / one:
         text += (" Here every token costs nearly a full step: this device computes them one after another, so "
-                 "a verify pass saves almost nothing over running the target token by token.")
+                 "a verify pass saves almost nothing over running the main model token by token.")
     else:
         text += " The pass is partly amortised: more than one step, less than one per token."
     c = costs.get("c")
     if c is not None:
         text += (f" A draft step took {costs['draft_ms']:.3f} ms, so a draft token costs c = **{c:.3f}** of a "
-                 f"target step.")
+                 f"main-model step.")
     return text
 
 
@@ -65,12 +65,12 @@ def explain_speedup(row: Mapping, base_tokens_per_s: float, costs: Mapping, wher
             f"(1 - alpha^(k+1))/(1 - alpha) gives {rules.expected_tokens(alpha, k):.2f}). From alpha and "
             f"c = {c:.3f}, Leviathan et al.'s formula predicts **{pred:.2f}x**; measured: "
             f"{row['tokens_per_s']:,.0f} tokens/s, **{meas:.2f}x**, {narrate.rate(row['tokens_per_s'], base_tokens_per_s)} "
-            f"the target alone.")
+            f"the main model alone.")
     steps_ms = k * costs["draft_ms"] + _ms(costs, 1)
     took = round_ms(row)
     if meas < pred * (1 - CLOSE_WITHIN):
         text += (f" The measurement falls short of the prediction: the formula charges a round k draft steps and "
-                 f"one target step, {steps_ms:.3f} ms; the round took {took:.3f} ms, so {took - steps_ms:.3f} ms "
+                 f"one main-model step, {steps_ms:.3f} ms; the round took {took:.3f} ms, so {took - steps_ms:.3f} ms "
                  f"a round went to what the formula leaves out (the acceptance and bookkeeping kernels, the "
                  f"draft's two-token first step, the verify pass's extra tokens).")
         if _has(costs, k + 1):
@@ -95,13 +95,13 @@ def explain_speedup(row: Mapping, base_tokens_per_s: float, costs: Mapping, wher
 
 def explain_best(rows: list[Mapping], base_tokens_per_s: float, hf_assisted_tokens_per_s: float | None = None,
                  where: str = "this run") -> str:
-    """The best k against the target alone and HF's assisted generation on the same pair."""
+    """The best k against the main model alone and HF's assisted generation on the same pair."""
     spec = [r for r in rows if r.get("k")]
     if not spec:
         raise ValueError("no speculative rows (k >= 1) to compare")
     best = max(spec, key=lambda r: r["tokens_per_s"])
     text = (f"In {where}, the fastest was k = {best['k']}: {best['tokens_per_s']:,.0f} tokens/s, "
-            f"{narrate.rate(best['tokens_per_s'], base_tokens_per_s)} the target alone "
+            f"{narrate.rate(best['tokens_per_s'], base_tokens_per_s)} the main model alone "
             f"({base_tokens_per_s:,.0f} tokens/s)")
     if hf_assisted_tokens_per_s:
         text += (f", and {narrate.rate(best['tokens_per_s'], hf_assisted_tokens_per_s)} HF's assisted generation "

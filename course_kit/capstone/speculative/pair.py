@@ -34,7 +34,11 @@ SHAPES = {
     "target": dict(dim=192, n_layers=16, n_heads=3, n_kv_heads=1, ffn_dim=512),
     "draft": dict(dim=192, n_layers=1, n_heads=3, n_kv_heads=1, ffn_dim=512),
 }
-NAMES = {"target": "stdlib-target", "draft": "stdlib-draft"}
+# "target" is the field's (and the record's) name for the model whose tokens are verified; learners read
+# "main model" (HF's word in assisted generation), so the notebook looks the role up here.
+MAIN_ROLE = "target"
+ROLE_LABELS = {MAIN_ROLE: "main model", "draft": "draft"}
+NAMES = {MAIN_ROLE: "stdlib-target", "draft": "stdlib-draft"}
 TOKENIZER = "stdlib-tokenizer.json"
 SLICE = "stdlib-heldout-slice.safetensors"
 RECORD = "stdlib-pair.json"
