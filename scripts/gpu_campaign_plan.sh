@@ -7,6 +7,7 @@
 # own time limit and log; a step that fails or runs out of time is logged and the plan goes on.
 #   PLAN=check   a short first call: the new GPU code's tests, and the records that shape later work
 #   PLAN=short   under 20 device minutes: the records no earlier session made, then the new GPU tests
+#   PLAN=rerecord the async blog case and capstone with the profiler, every notebook alone, the GPU tests
 #   PLAN=final   the records, the notebooks, the GPU tests (default)
 set -uo pipefail
 ROOT=$1
@@ -47,6 +48,20 @@ if [ "$PLAN" = short ]; then   # a session with under 20 device minutes: the rec
   step bench-amp 120 $BENCH amp --out "$REF/h200"
   step gpu-tests 240 $GPU_TESTS ${FINAL_TESTS:-tests/test_woq_gemv.py tests/test_woq_decode.py tests/test_speculative.py \
     tests/test_profiling.py tests/test_lesson_traces.py}
+  date +%s > "$ROOT/done"
+  exit 0
+fi
+
+if [ "$PLAN" = rerecord ]; then   # issue 40/41: the records the profiler still lacks, then every notebook alone
+  step bench-async 330 $BENCH async --out "$REF/h200" --param 'models=["llama-1b"]' --param 'batches=[16]' \
+    --param blog=true
+  step bench-capstone 300 $BENCH capstone --out "$REF/h200" --param n_requests=32 --param profile_tokens=32
+  python3 -m course_kit.benchtable --write > "$RES/benchtable.log" 2>&1
+  step record 1000 python3 -m course_kit record ${NOTEBOOKS:-07 10 01 03 05 08 02 06 00 04} --timeout 300 \
+    --out "$REF/h200/notebooks"
+  step gpu-tests 400 $GPU_TESTS ${FINAL_TESTS:-tests}
+  step bench-fp8_train 90 $BENCH fp8_train --out "$REF/h200"
+  step bench-aoti 100 $BENCH aoti --out "$REF/h200"
   date +%s > "$ROOT/done"
   exit 0
 fi
