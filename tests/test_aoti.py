@@ -126,6 +126,35 @@ def test_the_bench_records_skips_and_summarises(monkeypatch):
     assert s["cpu_steady_speedup_vs_eager"] == pytest.approx(4.0)
 
 
+def test_a_crashed_peer_is_reported_and_the_others_still_run(model, monkeypatch):
+    # the H200 recording of 2026-12-02: the aoti child died of SIGSEGV with nothing on stderr
+    import signal
+    assert aoti.exit_reason(-signal.SIGSEGV, "") == "the process was killed by SIGSEGV, with no error text"
+    assert aoti.exit_reason(1, "x\nValueError: bad\n") == "exit 1: ValueError: bad"
+    seen = []
+
+    def fake_cold(mode, **kw):
+        seen.append(mode)
+        if mode == "aoti":
+            raise RuntimeError(f"the aoti cold start failed: {aoti.exit_reason(-11, '')}")
+        return {**_cold(2.0, 1e-4), "logits": aoti.eager_logits(model, kw["steps"])}
+
+    monkeypatch.setattr(aoti, "cold_start", fake_cold)
+    rows, failed = aoti.cold_starts(model, preset="smoke", steps=3)
+    assert seen == ["aoti", "compile", "eager"] and set(rows) == {"compile", "eager"}
+    assert "SIGSEGV" in failed["aoti"]
+    line = aoti.explain_failures(failed, "this machine (cuda)")
+    assert line.startswith("**No aoti cold start on this machine (cuda):**") and "record below" in line
+    assert aoti.explain_failures({}, "x") == ""
+
+    def wrong_cold(mode, **kw):     # wrong logits are a bug, not a failure to report
+        return {**_cold(2.0, 1e-4), "logits": aoti.eager_logits(model, kw["steps"]) + 1.0}
+
+    monkeypatch.setattr(aoti, "cold_start", wrong_cold)
+    with pytest.raises(AssertionError, match="differ from eager"):
+        aoti.cold_starts(model, modes=("eager",), preset="smoke", steps=3)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not COMPILE, reason="compiles a package (30-80 s on 2 cores): set COURSE_KIT_AOTI_COMPILE=1")
 def test_the_package_matches_eager_in_a_fresh_process(model, exported, tmp_path):

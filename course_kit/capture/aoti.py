@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -178,12 +179,50 @@ def cold_start(mode: str, *, preset: str, device: str = "cpu", package: str | No
                               text=True, env=env, timeout=timeout_s)
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
-            raise RuntimeError(f"the {mode} cold start failed (exit {proc.returncode}): "
-                               f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'no error text'}")
+            raise RuntimeError(f"the {mode} cold start failed: {exit_reason(proc.returncode, proc.stderr)}")
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         result["logits"] = torch.load(args["out"], weights_only=True)
     result["process_s"] = wall
     return result
+
+
+def exit_reason(code: int, stderr: str) -> str:
+    """Why a child process ended badly: its exit code and last error line, or the signal that
+    killed it (a negative code: a crash in native code, such as a loaded package, prints nothing)."""
+    last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"the process was killed by {name}" + (f" ({last})" if last else ", with no error text")
+    return f"exit {code}: {last or 'no error text'}"
+
+
+def cold_starts(model: TinyGPT, modes: tuple[str, ...] = ("aoti", "compile", "eager"), steps: int = 4,
+                **kwargs: Any) -> tuple[dict[str, dict], dict[str, str]]:
+    """`cold_start` for each mode (same keyword arguments), each one's logits checked against
+    `model`'s eager ones. Returns (rows by mode, why by mode for those whose process failed): a
+    crashed peer is reported, never the end of the others. Wrong logits still raise."""
+    want = eager_logits(model, steps)
+    rows, failed = {}, {}
+    for mode in modes:
+        try:
+            r = cold_start(mode, steps=steps, **kwargs)
+        except (RuntimeError, subprocess.TimeoutExpired) as err:
+            failed[mode] = str(err)
+            continue
+        diff = float((r.pop("logits") - want).abs().max())
+        if diff > 1e-3 * float(want.abs().max()):
+            raise AssertionError(f"the {mode} cold start's logits differ from eager's by {diff:.3g}")
+        rows[mode] = r
+    return rows, failed
+
+
+def explain_failures(failed: dict[str, str], where: str) -> str:
+    """One line per peer whose fresh process failed on `where`, saying where the figures come from."""
+    return " ".join(f"**No {mode} cold start on {where}:** {why}." for mode, why in failed.items()) + (
+        " The reference GPU's record below has the figures." if failed else "")
 
 
 def refusal(trap: str = "data-dependent branch") -> dict:
