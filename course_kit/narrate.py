@@ -113,17 +113,18 @@ def agrees_with_record(live: float, recorded: float, within: float = RECORD_AGRE
 
 
 def live_vs_record(live: float, recorded: float | None, unit: str = "", digits: int = 1,
-                   within: float = RECORD_AGREES_WITHIN) -> str:
+                   within: float = RECORD_AGREES_WITHIN, why: str = "") -> str:
     """A live figure as a notebook states it, next to the record of the same GPU.
 
     '794.1 TFLOP/s' where there is no record or the two agree within 15%; otherwise
-    '615.0 TFLOP/s in this run (the record: 794.1, 23% lower; this run shared its GPU or ran at
-    another size)', so an executed copy never prints a contended number as the GPU's own."""
+    '615.0 TFLOP/s in this run (the record: 794.1, 23% lower)', so an executed copy never prints
+    another run's number as the GPU's own. `why`: what the caller knows makes the two differ (e.g.
+    'the record's model has 337M parameters, this one 29.7M'), added after a semicolon; no cause is
+    guessed without it."""
     sep = " " if unit else ""
     text = f"{live:,.{digits}f}{sep}{unit}"
     if recorded is None or agrees_with_record(live, recorded, within):
         return text
     off = abs(live - recorded) / recorded
     direction = "lower" if live < recorded else "higher"
-    return (f"{text} in this run (the record: {recorded:,.{digits}f}, {off:.0%} {direction}; this run "
-            f"shared its GPU or ran at another size)")
+    return f"{text} in this run (the record: {recorded:,.{digits}f}, {off:.0%} {direction}" + (f"; {why})" if why else ")")

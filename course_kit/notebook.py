@@ -145,18 +145,22 @@ class Headline:
     recorded: float | None
     unit: str = ""
     digits: int = 1
+    why: str = ""
 
     @property
     def text(self) -> str:
-        """How the figure is stated: alone, or named as this run's when it is >15% off the record."""
-        return narrate.live_vs_record(self.live, self.recorded, self.unit, self.digits)
+        """How the figure is stated: alone, or named as this run's when it is >15% off the record
+        (with `why`, what the notebook knows makes them differ, such as another model size)."""
+        return narrate.live_vs_record(self.live, self.recorded, self.unit, self.digits, why=self.why)
 
 
-def headline(name: str, live: float, recorded: float | None, unit: str = "", digits: int = 1) -> Headline:
+def headline(name: str, live: float, recorded: float | None, unit: str = "", digits: int = 1,
+             why: str = "") -> Headline:
     """A live headline figure; put `h.text` in the paragraph and pass `headlines=[h]` to `md`, which
     tags the output with it so that `course-kit record` can check every executed copy against the
-    record of its GPU (DESIGN.md: a live number >15% off the record is named as this run's)."""
-    return Headline(name, float(live), None if recorded is None else float(recorded), unit, digits)
+    record of its GPU (DESIGN.md: a live number >15% off the record is named as this run's).
+    `why`: a known difference between this run and the record's (a smaller model, another batch)."""
+    return Headline(name, float(live), None if recorded is None else float(recorded), unit, digits, why)
 
 
 HEADLINES_KEY = "course_kit_headlines"   # in a Markdown output's metadata: the figures its text states

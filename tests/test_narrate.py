@@ -54,6 +54,10 @@ def test_a_live_figure_far_from_its_record_is_named_as_this_runs_in_both_directi
     high = narrate.live_vs_record(1.96, 1.60, "x", digits=2)
     assert "1.96 x in this run" in high and "the record: 1.60" in high and "22% higher" in high
     assert not narrate.agrees_with_record(794.0 * 0.849, 794.0) and narrate.agrees_with_record(794.0 * 0.851, 794.0)
+    # no cause is guessed (a quiet GPU's recording printed "this run shared its GPU"); a known one is said
+    assert low == "615.0 TFLOP/s in this run (the record: 794.0, 23% lower)"
+    why = "the record's model has 337M parameters, this one 29.7M"
+    assert narrate.live_vs_record(4.62, 6.74, "x", 2, why=why) == f"4.62 x in this run (the record: 6.74, 31% lower; {why})"
 
 
 def test_direction_picks_the_word_for_the_sign_both_ways_and_at_zero():

@@ -100,7 +100,7 @@ def test_record_stamps_the_copy_and_reports_headline_problems(smi, one_notebook,
     import papermill
     smi("4242, python, 70000\n", "0, NVIDIA H200, 97, 71000\n")
     monkeypatch.setattr(papermill, "execute_notebook", _fake_execute(
-        "bf16 ran **2.0x in this run (the record: 3.0x, 33% lower; this run shared its GPU or ran at another size)**.", 3.0))
+        "bf16 ran **2.0x in this run (the record: 3.0x, 33% lower)**.", 3.0))
     # the headline (2.0 against a record of 3.0) is named as this run's, so it is no problem
     assert cli.main(["record", "42", "--out", str(one_notebook), "--wait", "0", "--allow-busy"]) == 0
     meta = json.loads((one_notebook / "42_tiny.ipynb").read_text())["metadata"]["course_kit"]["recording"]
