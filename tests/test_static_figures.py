@@ -116,3 +116,25 @@ def test_finish_only_adds_pngs_to_copies_made_where_no_renderer_was(tmp_path, mo
     assert cli.main(["record", "00", "--out", str(tmp_path), "--finish-only"]) == 0
     assert "1 figures as PNG" in capsys.readouterr().out
     assert "image/png" in json.loads(path.read_text())["cells"][0]["outputs"][0]["data"]
+
+
+def _banner(text):
+    return {"cell_type": "markdown", "metadata": {"tags": [static.PAPERMILL_BANNER_TAG]}, "source": text}
+
+
+def _raising(tags):
+    return {"cell_type": "code", "metadata": {"tags": tags}, "source": "x",
+            "outputs": [{"output_type": "error", "ename": "NotImplementedError", "evalue": "", "traceback": []}]}
+
+
+def test_papermills_banners_go_only_when_every_error_is_an_unsolved_exercise():
+    # the H200 copies of 2026-12-02 said "encountered an exception here and stopped" above an
+    # exercise stub, although every cell after it ran
+    learner = {"cells": [_banner("An Exception was encountered"), {"cell_type": "markdown", "source": "x"},
+                         _banner("stopped:"), _raising(["raises-exception"])]}
+    assert static.drop_exercise_banners(learner) == 2
+    assert [c["cell_type"] for c in learner["cells"]] == ["markdown", "code"]
+    broken = {"cells": [_banner("An Exception was encountered"), _raising(["raises-exception"]),
+                        _banner("stopped:"), _raising([])]}
+    assert static.drop_exercise_banners(broken) == 0 and len(broken["cells"]) == 4   # a real failure keeps them
+    assert static.finish_executed({"cells": [_banner("x"), _raising(["raises-exception"])]})["papermill_banners"] == 1

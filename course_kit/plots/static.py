@@ -146,14 +146,35 @@ def _drop_interactive(output: dict) -> int:
     return saved
 
 
+PAPERMILL_BANNER_TAG = "papermill-error-cell-tag"
+
+
+def drop_exercise_banners(nb: dict) -> int:
+    """Remove papermill's red "An Exception was encountered" / "…stopped" banners when every error
+    in the copy comes from a cell tagged `raises-exception` (the learner build's unsolved exercises,
+    which nbclient runs past): there the run did not stop, and the banner would say it did. A copy
+    with any other error keeps them. Returns how many were removed."""
+    errors_only_in_exercises = all(
+        "raises-exception" in cell.get("metadata", {}).get("tags", [])
+        for cell in nb.get("cells", [])
+        if any(o.get("output_type") == "error" for o in cell.get("outputs", [])))
+    if not errors_only_in_exercises:
+        return 0
+    kept = [c for c in nb.get("cells", []) if PAPERMILL_BANNER_TAG not in c.get("metadata", {}).get("tags", [])]
+    removed = len(nb.get("cells", [])) - len(kept)
+    nb["cells"] = kept
+    return removed
+
+
 def finish_executed(nb: dict, budget: int = NOTEBOOK_BUDGET, figure_max: int = FIGURE_JSON_MAX) -> dict:
     """Add PNGs to the figures of an executed notebook (nbformat JSON, changed in place), keep it
     under `budget` bytes by dropping interactive JSON (largest first, only where a PNG exists) and
-    remove frozen progress bars. Widgets' pending static images get their PNG and caption, or go;
+    remove frozen progress bars and papermill's banners over unsolved exercises (`drop_exercise_banners`). Widgets' pending static images get their PNG and caption, or go;
     widget outputs without saved state become the "re-run this cell" note. Returns counts: images
     (added), dropped (interactive JSON), progress_bars (removed), without_png (no renderer could make
     one), widget_images, widget_images_removed, dead_widgets, bytes."""
-    stats = {"images": 0, "dropped": 0, "progress_bars": 0, "without_png": 0}
+    stats = {"images": 0, "dropped": 0, "progress_bars": 0, "without_png": 0,
+             "papermill_banners": drop_exercise_banners(nb)}
     stats["widget_images"], stats["widget_images_removed"] = _finish_widget_statics(nb)
     figures = []
     for cell, outputs in _outputs(nb):
