@@ -413,6 +413,19 @@ def test_explain_steps_and_explain_fastest_read_the_same_numbers():
     assert "1.04x faster than cuDNN" in explain.explain_steps(steps, table, "triton (Gluon, warp-specialised)")
 
 
+def test_explain_fastest_says_when_the_record_of_this_gpu_ranks_another_kernel_first():
+    # the H200 copy of 2026-12-01: live cuDNN 578 first; the record, Gluon 603 against cuDNN 577
+    live = {"naive": 18.7, "triton (Gluon, warp-specialised)": 570.0, "sdpa cudnn": 578.0}
+    record = {"naive": 18.7, "triton (Gluon, warp-specialised)": 603.2, "sdpa cudnn": 577.0}
+    text = explain.explain_fastest(live, "at S = 4096", record, "the NVIDIA H200 record")
+    assert "is **sdpa cudnn** at **578 TFLOP/s**" in text
+    assert ("The NVIDIA H200 record, a separate run at this shape, ranks **triton (Gluon, warp-specialised)** first "
+            "instead (603 against 577 TFLOP/s for sdpa cudnn; here 570 against 578)") in text
+    # the same leader in both runs, or no record: nothing added
+    assert "separate run" not in explain.explain_fastest(record, "x", record)
+    assert "separate run" not in explain.explain_fastest(live, "x", None)
+
+
 def test_explain_steps_starts_a_new_kernel_from_the_old_one_at_its_best():
     steps = [{"step": "64-row programs", "tflops": 500.0}, {"step": "fewer stages", "tflops": 390.0},
              {"step": "Gluon", "kernel": "gluon", "tflops": 525.0}, {"step": "ping-pong", "kernel": "gluon", "tflops": 550.0}]

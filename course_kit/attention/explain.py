@@ -158,8 +158,12 @@ def explain_ratios(summary: Mapping) -> str:
     return ", ".join(parts) + "."
 
 
-def explain_fastest(tflops: Mapping[str, float | None], where: str = "here") -> str:
-    """Section 6: which variant reached the most TFLOP/s here, and naive against it."""
+def explain_fastest(tflops: Mapping[str, float | None], where: str = "here",
+                    record_tflops: Mapping[str, float | None] | None = None, record_name: str = "the record") -> str:
+    """Section 6: which variant reached the most TFLOP/s here, and naive against it. With the
+    record of the same GPU (`record_tflops`, same shape), a record that ranks another variant first
+    is said here, with both runs' figures for the two leaders: the two cells then never leave a
+    reader with two winners and no word on why (the H200 copy of 2026-12-01 did)."""
     at = {k: v for k, v in tflops.items() if v}
     if not at:
         return f"No variant was timed {where}."
@@ -167,7 +171,15 @@ def explain_fastest(tflops: Mapping[str, float | None], where: str = "here") -> 
     text = f"The highest rate {where} is **{fastest}** at **{at[fastest]:.3g} TFLOP/s**"
     if "naive" in at and fastest != "naive":
         text += f"; naive reached {at['naive']:.3g}, {narrate.rate(at['naive'], at[fastest])} {fastest}"
-    return text + "."
+    text += "."
+    rec = {k: v for k, v in (record_tflops or {}).items() if v}
+    if rec:
+        leader = max(rec, key=rec.get)
+        if leader != fastest and leader in at and fastest in rec:
+            text += (f" {record_name[:1].upper() + record_name[1:]}, a separate run at this shape, ranks **{leader}** first instead "
+                     f"({rec[leader]:.3g} against {rec[fastest]:.3g} TFLOP/s for {fastest}; here {at[leader]:.3g} "
+                     f"against {at[fastest]:.3g}): between runs these two trade places.")
+    return text
 
 
 def explain_backward(tflops: Mapping[str, float]) -> str:

@@ -508,8 +508,12 @@ aplots.time_memory_figure(own["results"], head_dim=128, title=f"This machine ({o
 
 # %%
 acc_shape = own["summary"]["acceptance_shape"]
+same_gpu = notebook.record("attention")      # the record of this GPU, if it has one
+same_gpu = same_gpu if same_gpu and same_gpu["summary"].get("acceptance_shape") == acc_shape else None
 md(f"All variants passed the float64 check: **{own['summary']['checks_passed']}**. " + explain.explain_fastest(
-    own["summary"]["tflops_at_acceptance"], where=f"at S = {acc_shape['seq_len']} (causal, D = {acc_shape['head_dim']})"))
+    own["summary"]["tflops_at_acceptance"], where=f"at S = {acc_shape['seq_len']} (causal, D = {acc_shape['head_dim']})",
+    record_tflops=same_gpu["summary"].get("tflops_at_acceptance") if same_gpu and DEVICE == "cuda" else None,
+    record_name=f"the {same_gpu['environment'].get('gpu')} record" if same_gpu else "the record"))
 
 # %% [markdown]
 # ### The reference H200 run
