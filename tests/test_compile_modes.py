@@ -211,3 +211,29 @@ def test_explain_train_does_not_explain_a_gap_inside_the_noise():
     rows["max-autotune"] = _train_row("max-autotune", 8.5, {**gemm, "triton_mm_3": 40.0})   # 13% slower
     t = explain_train(rows, "max-autotune")["text"]
     assert "slower than `default`" in t and "within 3%" not in t
+
+
+def test_kernels_in_one_top_list_only_are_new_or_gone_not_slower_from_zero():
+    """Review of the H200 record: `triton_tem_fused__to_copy_addmm_gelu_t_view` (249 µs, only in
+    max-autotune's top kernels) was called "slower than in `default`: 0 -> 249 µs"; it is new there, and
+    `nvjet_..._bias_TNT` (286 µs, only in default's) is gone."""
+    import json
+    from pathlib import Path
+    from course_kit.compile_modes.explain import explain_train, kernel_deltas
+    rec = json.loads((Path(__file__).resolve().parents[1] / "data/reference/h200/compile.json").read_text())
+    rows = {r["mode"]: r for r in rec["results"] if r["name"].startswith("train")}
+    mode = "max-autotune-no-cudagraphs"
+    why = explain_train(rows, mode)
+    t = why["text"]
+    assert "0 -> 249" not in t and "286 -> 0" not in t
+    assert "New among `max-autotune-no-cudagraphs`'s top kernels (not among `default`'s): " \
+           "`triton_tem_fused__to_copy_addmm_gelu_t_view` 249 µs." in t
+    assert "Gone from them (among `default`'s only): `nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_bias_TNT` 286 µs." in t
+    status = {d["kernel"]: d["status"] for d in why["kernel_deltas"]}
+    assert status["triton_tem_fused__to_copy_addmm_gelu_t_view"] == "new"
+    assert status["nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_bias_TNT"] == "gone"
+    assert status["triton_red_fused__log_softmax__to_copy__unsafe_view_prepare_softmax_online_view"] == "both"
+    assert "No kernel in both top lists is slower" in t          # the softmax kernel got faster (356 -> 334)
+    # a kernel in both lists that got slower is still called slower, with both times
+    slower = kernel_deltas(_train_row("m", 1.0, {"k_3": 300.0}), _train_row("p", 1.0, {"k_9": 200.0}))
+    assert slower == [{"kernel": "k", "us": 300.0, "peer_us": 200.0, "delta_us": 100.0, "status": "both"}]

@@ -4,7 +4,9 @@ notebook 03 that compare modes (computed from the run's or the record's numbers,
 - `break_even_calls`: the number of calls after which a compiled mode has saved its compile time.
 - `total_time`: wall time of N calls in a mode, compile included (the break-even widget's curves).
 - `explain_breakeven`, `explain_chain`, `explain_decode`: "what just happened" for sections 3 and 6;
-- `explain_fusion_bound`: whether fused code stayed within the traffic ratio, or what else it removed;
+- `explain_fusion_bound`: whether fused code stayed within the traffic ratio, or what else it removed
+  (launches only as far as a profile shows eager's GPU waiting for them: `idle_inside_call_s`);
+- `model_difference`: how a live model differs from the record's, said beside a live headline;
 - `explain_cold_warm`: compile time and break-even from an empty cache and from a warm one.
 """
 from __future__ import annotations
@@ -62,12 +64,21 @@ def explain_breakeven(eager: Mapping, row: Mapping, calls: int) -> str:
     return text
 
 
+def _static_gap(gap_s: float) -> str:
+    """What a static-input run as slow as the plain one shows: the copy is ruled out only if the mark
+    took effect, and the timings alone cannot say whether it did."""
+    return ("Either copying the inputs into the CUDA graph's own buffers is not what costs the "
+            f"{_us(gap_s)}, or the mark did not spare that copy: the timings cannot tell which (a profile of these "
+            "calls would show whether copies still run before each replay), and do not show what does cost it.")
+
+
 def explain_chain(rows: Mapping[str, Mapping], input_bytes: int | None = None,
                   copy_gbs: float | None = None) -> str:
     """Section 3: each mode on the elementwise chain against eager and against `default`. Where
     `reduce-overhead` is slower than `default`, its copy of the inputs into the CUDA graph's own
     buffers is named: measured when a static-input run is among the rows, else estimated from the
-    inputs' bytes and a copy bandwidth (and labelled an estimate)."""
+    inputs' bytes and a copy bandwidth (and labelled an estimate). A static-input run as slow as the
+    plain one does not rule the copy out: nothing here shows that the mark took effect."""
     if "eager" not in rows or "default" not in rows:
         raise ValueError(f"need eager and default rows, got {sorted(rows)}")
     e, d = rows["eager"], rows["default"]
@@ -96,9 +107,8 @@ def explain_chain(rows: Mapping[str, Mapping], input_bytes: int | None = None,
                          f"{narrate.speed(static['steady_s'], r['steady_s'])} without, and "
                          f"{narrate.speed(static['steady_s'], d['steady_s'])} `default`")
                 if saved <= narrate.SAME_WITHIN * r["steady_s"]:
-                    # the static run is as slow: the copy is not the cause, and this run shows no other
-                    text += (": marking the inputs static did not close the gap, so copying them into the CUDA "
-                             f"graph's own buffers is not what costs the {_us(gap)}; this run does not show what does.")
+                    # the static run is as slow; whether the mark spared the copy is seen only in a profile
+                    text += ": marking the inputs static did not close the gap. " + _static_gap(gap)
                 else:
                     text += (f": copying the inputs into the CUDA graph's own buffers before each replay accounts "
                              f"for {_us(saved)} of the {_us(gap)} gap ({min(saved / gap, 1.0):.0%}).")
@@ -113,13 +123,72 @@ def explain_chain(rows: Mapping[str, Mapping], input_bytes: int | None = None,
     return text
 
 
+def idle_inside_call_s(profile: Mapping | None) -> float | None:
+    """Seconds per call that the device sat idle *inside* a call, between its kernels, in a profiled
+    pass (a `profiling.trace.summarize` summary): the share of the window idle inside steps, times the
+    window, over the steps. None when the summary lacks any of them."""
+    if not profile:
+        return None
+    frac, window_us, steps = (profile.get(k) for k in ("idle_within_steps", "window_us", "steps"))
+    if frac is None or not window_us or not steps:
+        return None
+    return frac * window_us / steps / 1e6
+
+
+def _gpu_wait(profile: Mapping, idle_s: float) -> str:
+    """How long eager's GPU waited inside a call, with the figures it comes from."""
+    text = (f"eager's GPU sat idle {_us(idle_s)} inside each call, between its kernels "
+            f"({profile['idle_within_steps']:.1%} of the profiled window")
+    gaps = profile.get("launch_gaps") or {}
+    if gaps.get("count"):
+        text += (f"; per call, {gaps['per_step']:.1f} gaps of at least {gaps['threshold_us']:g} µs, "
+                 f"{gaps['median_us']:.1f} µs each by the median")
+    return text + ")"
+
+
+def _beyond_traffic(excess_s: float, removed: int, op_cost_s: float | None, profile: Mapping | None) -> str:
+    """What the excess of eager's time over the traffic ratio was: launches (the GPU waited for them),
+    or eager's kernels themselves. Launches can cost a GPU call only the time its GPU sat idle inside
+    the call; on a CPU, nothing runs while an operator is dispatched, so its cost is never hidden."""
+    idle = idle_inside_call_s(profile) if profile and profile.get("device") == "cuda" else None
+    slower = ("moved their bytes more slowly than the fused one. The traffic ratio bounds fusion's gain only when "
+              "every kernel runs at the same rate, and here they did not.")
+    host = (f"one operator's launch and dispatch cost on this machine ({_us(op_cost_s)}, measured on a one-element "
+            f"add)") if op_cost_s is not None else None
+    if idle is not None:
+        if idle >= excess_s:
+            return (f". The profile shows {_gpu_wait(profile, idle)}: that covers the excess, so the GPU was "
+                    f"waiting for the host's launches, and those launches are what fusion removed beyond the traffic."
+                    + (f" For scale, {host}." if host else ""))
+        text = (f". The profile shows {_gpu_wait(profile, idle)}: launches can account for at most that much of "
+                f"the {_us(excess_s)}, so the other {_us(excess_s - idle)} was in eager's kernels themselves: they "
+                + slower)
+        if op_cost_s is not None and op_cost_s * removed > idle:
+            text += (f" A one-element add timed alone takes {_us(op_cost_s)} (launch, dispatch and the wait for it), "
+                     f"more than the GPU waited here: the host issued the launches while earlier kernels still "
+                     f"ran, so they overlapped the kernels instead of adding to the call.")
+        return text
+    if host is None:
+        return (". This run measured neither a launch's cost nor a profile of eager's calls, so it cannot say whether "
+                "launches or slower kernels make up the excess.")
+    if excess_s / removed > 2 * op_cost_s:
+        return f", more than {host}. So eager's kernels " + slower
+    if profile and profile.get("device") == "cpu":
+        return (f", about {host}. On a CPU nothing runs while an operator is dispatched, so that cost adds to every "
+                f"call: the launches and dispatches are what fusion removed beyond the traffic.")
+    return (f", about {host}. Without a profile of eager's calls this run cannot tell whether its GPU waited for "
+            f"those launches (then they are what fusion removed beyond the traffic) or ran them behind its kernels "
+            f"(then eager's kernels moved their bytes more slowly).")
+
+
 def explain_fusion_bound(eager_s: float, fused_s: float, traffic_ratio: float, eager_ops: int,
-                         fused_kernels: int, op_cost_s: float | None) -> str:
+                         fused_kernels: int, op_cost_s: float | None, eager_profile: Mapping | None = None) -> str:
     """Was fusion's gain within the traffic ratio (the bytes eager moves over the fused kernel's)?
     That ratio bounds the gain only if every kernel moves its bytes at the same rate. Above it, the
-    excess of eager's time, `eager_s - traffic_ratio * fused_s`, is split over the operators fusion
-    removed and compared with one operator's launch and dispatch cost measured on this machine
-    (`op_cost_s`): launches explain it, or the eager kernels moved their bytes more slowly."""
+    excess of eager's time, `eager_s - traffic_ratio * fused_s`, is set against what launches could
+    have cost: on a GPU, at most the idle time inside eager's call in `eager_profile` (a profiling
+    summary of the same chain); without one, one operator's launch and dispatch cost (`op_cost_s`)
+    is a hint, not a conclusion. Else the eager kernels moved their bytes more slowly."""
     for name, v in (("eager_s", eager_s), ("fused_s", fused_s), ("traffic_ratio", traffic_ratio)):
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
             raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
@@ -136,19 +205,12 @@ def explain_fusion_bound(eager_s: float, fused_s: float, traffic_ratio: float, e
         reached = (speedup - 1) / (traffic_ratio - 1) if traffic_ratio > 1 else 1.0
         return text + (f"That is within the ratio ({max(reached, 0):.0%} of the gain it allows): what fusion "
                        f"removed here is memory traffic.")
-    extra = max(eager_ops - fused_kernels, 1)
-    per_op = (eager_s - traffic_ratio * fused_s) / extra
-    text += (f"That is above the ratio, so fusion removed more than traffic: eager took {_us(eager_s - traffic_ratio * fused_s)} "
-             f"longer than its bytes would at the fused kernel's rate, {_us(per_op)} for each of the {extra} "
-             f"operators fusion removed")
-    if op_cost_s is not None and per_op <= 2 * op_cost_s:
-        return text + (f", about what one operator's launch and dispatch cost on this machine ({_us(op_cost_s)}, "
-                       f"measured on a one-element add). Those launches are what fusion removed beyond the traffic.")
-    if op_cost_s is not None:
-        text += (f", more than one operator's launch and dispatch cost on this machine ({_us(op_cost_s)}, measured on "
-                 f"a one-element add)")
-    return text + (". So eager's kernels moved their bytes more slowly than the fused one: the traffic ratio bounds "
-                   "fusion's gain only when every kernel runs at the same rate, and here they did not.")
+    removed = max(eager_ops - fused_kernels, 1)
+    excess = eager_s - traffic_ratio * fused_s
+    text += (f"That is above the ratio, so fusion removed more than traffic: eager took {_us(excess)} "
+             f"longer than its bytes would at the fused kernel's rate, {_us(excess / removed)} for each of the "
+             f"{removed} operators fusion removed")
+    return text + _beyond_traffic(excess, removed, op_cost_s, eager_profile)
 
 
 def explain_cold_warm(cold_s: float, warm: Mapping, eager: Mapping, cache: str) -> str:
@@ -168,6 +230,24 @@ def explain_cold_warm(cold_s: float, warm: Mapping, eager: Mapping, cache: str) 
     if math.isinf(n_cold):
         return text + "Each compiled call is not faster than eager, so neither compile ever pays."
     return text + f"Cold, compiling pays {_calls(n_cold)}; warm, {_calls(n_warm)}."
+
+
+def _model_words(spec: Mapping) -> str:
+    return f"{spec['n_layers']} layers at width {spec['d_model']}, vocabulary {spec['vocab']:,}"
+
+
+def model_difference(live: Mapping, recorded: Mapping | None, what: str = "decode step") -> str:
+    """`why` for a live figure beside its record: how this run's model (a spec with n_layers, d_model,
+    vocab) differs from the record's, from both specs; "" when they agree or the record has none."""
+    if not recorded:
+        return ""
+    keys = ("n_layers", "d_model", "vocab")
+    missing = [k for k in keys if k not in live]
+    if missing:
+        raise ValueError(f"the live model spec lacks {missing}: {dict(live)}")
+    if any(k not in recorded for k in keys) or all(live[k] == recorded[k] for k in keys):
+        return ""
+    return f"this run's {what} is {_model_words(live)}, the record's {_model_words(recorded)}"
 
 
 def explain_decode(rows: Mapping[str, Mapping], gpu: str) -> str:

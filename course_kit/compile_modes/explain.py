@@ -43,11 +43,33 @@ def gpu_us_per_step(row: dict) -> tuple[float, bool]:
 
 def kernel_deltas(row: dict, peer: dict, min_us: float = 5.0) -> list[dict]:
     """Kernels (among both rows' top kernels) whose µs per step differ by more than `min_us`, the
-    largest slowdown first. A kernel missing from one row's top list counts 0 there."""
+    largest increase first. "status": "both" where the kernel is in both top lists, "new" where only
+    the row's lists it, "gone" where only the peer's does; the missing side counts 0 in "delta_us"."""
     a, b = _kernels(row), _kernels(peer)
-    out = [{"kernel": k, "us": a.get(k, 0.0), "peer_us": b.get(k, 0.0), "delta_us": a.get(k, 0.0) - b.get(k, 0.0)}
+    out = [{"kernel": k, "us": a.get(k, 0.0), "peer_us": b.get(k, 0.0), "delta_us": a.get(k, 0.0) - b.get(k, 0.0),
+            "status": "both" if k in a and k in b else ("new" if k in a else "gone")}
            for k in set(a) | set(b)]
     return sorted((d for d in out if abs(d["delta_us"]) > min_us), key=lambda d: -d["delta_us"])
+
+
+def describe_deltas(deltas: list[dict], mode: str, peer: str, limit: int = 3) -> str:
+    """The kernel changes in words: slower ones (in both top lists), then kernels in only one of the two
+    lists, named as such and never as slower or faster "from 0"."""
+    def name(d: dict) -> str:
+        return f"`{d['kernel'][:60]}`"
+    slower = [d for d in deltas if d["status"] == "both" and d["delta_us"] > 0][:limit]
+    new = [d for d in deltas if d["status"] == "new"][:limit]
+    gone = sorted((d for d in deltas if d["status"] == "gone"), key=lambda d: d["delta_us"])[:limit]
+    text = ("Kernels slower than in `{}`: ".format(peer) + "; ".join(
+        f"{name(d)} {d['peer_us']:.0f} -> {d['us']:.0f} µs" for d in slower) + ". " if slower else
+        f"No kernel in both top lists is slower than in `{peer}` by more than 5 µs. ")
+    if new:
+        text += (f"New among `{mode}`'s top kernels (not among `{peer}`'s): "
+                 + "; ".join(f"{name(d)} {d['us']:.0f} µs" for d in new) + ". ")
+    if gone:
+        text += (f"Gone from them (among `{peer}`'s only): "
+                 + "; ".join(f"{name(d)} {d['peer_us']:.0f} µs" for d in gone) + ". ")
+    return text
 
 
 def explain_train(rows: dict[str, dict], mode: str, target: float = 1.2) -> dict:
@@ -89,12 +111,7 @@ def explain_train(rows: dict[str, dict], mode: str, target: float = 1.2) -> dict
                 text += "Most of the gap is in the kernels; the slower ones are listed. "
         if m.get("launch_calls_per_call") is not None and p.get("launch_calls_per_call") is not None:
             text += (f"Launches per step: {m['launch_calls_per_call']:.0f} against {p['launch_calls_per_call']:.0f}. ")
-        slower = [d for d in deltas if d["delta_us"] > 0][:3]
-        if slower:
-            text += "Kernels slower than in `{}`: ".format(peer_name) + "; ".join(
-                f"`{d['kernel'][:60]}` {d['peer_us']:.0f} -> {d['us']:.0f} µs" for d in slower) + ". "
-        else:
-            text += f"No top kernel is slower than in `{peer_name}` by more than 5 µs. "
+        text += describe_deltas(deltas, mode, peer_name)
     gemm = {k for k in _kernels(m) if _is_gemm(k)}
     not_faster = m["steady_s"] >= p["steady_s"] * (1 - narrate.SAME_WITHIN)
     if not_faster and peer_name == "default" and gemm and gemm == {k for k in _kernels(p) if _is_gemm(k)}:

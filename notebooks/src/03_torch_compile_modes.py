@@ -126,10 +126,11 @@ md(f"Inductor generated **{len(summary['kernels'])} {summary['language']} kernel
 # A chain like this is memory-bound. If every kernel moved its bytes at the same rate, fusion could
 # gain at most the traffic ratio above; at small sizes the eager kernels may find their data in cache,
 # and the gain shrinks. Whether this run stayed within that ratio, and if not what else fusion removed,
-# is said below from the measurements. Each mode starts from a reset Dynamo, but with the on-disk cache
-# that section 2 filled: a warm compile, set beside section 2's cold one. On a GPU,
-# `reduce-overhead` also runs once with its inputs marked as static addresses, which shows what
-# copying them into the CUDA graph's buffers costs.
+# is said after the profile below, which shows whether eager's device waited for its launches. Each
+# mode starts from a reset Dynamo, but with the on-disk cache that section 2 filled: a warm compile,
+# set beside section 2's cold one. On a GPU, `reduce-overhead` also runs once with its inputs marked as
+# static addresses, meant to spare the copy of its inputs into the CUDA graph's buffers before each
+# replay: if it runs faster, the difference is what that copy cost.
 
 # %%
 with cm.cache_at(CACHE_DIR):            # the cache section 2 filled
@@ -143,10 +144,7 @@ cplots.first_vs_steady(rows, title=f"bias + GELU + residual on {DEVICE}: first c
 
 # %%
 chain = {name: r.as_dict() for name, r in res.items() if r.steady_s}
-OP_COST = ckernels.op_cost_s(DEVICE)    # one operator that does nothing: launch and dispatch alone
 md(breakeven.explain_chain(chain, input_bytes=sum(t.numel() * t.element_size() for t in (x, bias, residual)))
-   + "\n\n" + breakeven.explain_fusion_bound(chain["eager"]["steady_s"], chain["default"]["steady_s"],
-                                              tb["eager"] / tb["fused"], len(ops), len(summary["kernels"]), OP_COST)
    + "\n\n" + breakeven.explain_cold_warm(codegen_s, chain["default"], chain["eager"],
                                            f"Inductor's on-disk cache (`{CACHE_DIR}`)"))
 
@@ -183,6 +181,21 @@ if len(ref_prof) >= 2:
     lines += [pexplain.describe(r, f"The H200 record, {r['what']}") for r in ref_prof]
     lines.append("The H200 record: " + pexplain.compare(by_r["eager"], by_r["default"], ("eager", "the compiled chain")))
 md("\n\n".join(lines + [pexplain.how_to_open(p) for p in saved]))
+
+# %% [markdown]
+# ### Did fusion remove more than traffic?
+#
+# Section 3 set fusion's gain beside the traffic ratio. Where the gain is larger, the removed launches
+# are a candidate, but on a GPU a launch costs a call time only while the GPU waits for it: the
+# profile above says how long eager's device sat idle inside each call.
+
+# %%
+OP_COST = ckernels.op_cost_s(DEVICE)    # one operator that does nothing: launch and dispatch alone
+# the profile explains section 3's timings only if it ran the same chain
+PROFILED_CHAIN = tuple(P.get("chain", lesson_traces.SIZES[P["size"]]["chain"]))
+eager_profile = by_p["eager"] if PROFILED_CHAIN == (ROWS, COLS) else None
+md(breakeven.explain_fusion_bound(chain["eager"]["steady_s"], chain["default"]["steady_s"], tb["eager"] / tb["fused"],
+                                  len(ops), len(summary["kernels"]), OP_COST, eager_profile=eager_profile))
 
 # %% [markdown]
 # ## 4. Graph breaks
@@ -263,11 +276,10 @@ md(f"Over {len(shapes)} different batch sizes: static shapes compiled **{c['stat
 
 # %%
 own_rows = []
+SMALL_DECODE = dict(preset="smoke", d_model=256, n_heads=4, n_layers=4, vocab=8192, seq_len=256)
 if P["device"] == "cuda":
     from course_kit.benchmarks.compile import measure_decode
-    own_rows, _ = measure_decode(["eager", "default", "reduce-overhead"], "cuda",
-                                 dict(preset="smoke", d_model=256, n_heads=4, n_layers=4, vocab=8192, seq_len=256),
-                                 repeat=REPEAT)
+    own_rows, _ = measure_decode(["eager", "default", "reduce-overhead"], "cuda", SMALL_DECODE, repeat=REPEAT)
     e_own = next(r for r in own_rows if r["mode"] == "eager")
     for r in own_rows:
         r["speedup_vs_eager"] = e_own["steady_s"] / r["steady_s"]
@@ -279,8 +291,10 @@ cplots.speedups(own_rows, title="This GPU: small decode step, speed-up over eage
 if own_rows:
     same = reference.load("compile", reference.gpu_slug())      # this GPU's own record, if any
     ro = next(r for r in own_rows if r["mode"] == "reduce-overhead")
+    record_model = (same or {}).get("params", {}).get("decode_model")      # the record's decode model, if any
     h = notebook.headline("reduce-overhead over eager, decode step", ro["speedup_vs_eager"],
-                          (same or {}).get("summary", {}).get("decode_speedup", {}).get("reduce-overhead"), "x", 2)
+                          (same or {}).get("summary", {}).get("decode_speedup", {}).get("reduce-overhead"), "x", 2,
+                          why=breakeven.model_difference(SMALL_DECODE, record_model))
     md(f"This GPU, the small decode step: `reduce-overhead` ran **{narrate.ratio_words(ro['speedup_vs_eager'])}** "
        f"eager (the ratio: {h.text}).", headlines=[h])
 
@@ -319,9 +333,11 @@ if ref is not None and ma:
     why = explain_train({r["mode"]: r for r in train_rows}, ma)
     md("**Training step, explained from the record:** " + why["text"])
     if why["kernel_deltas"]:
-        md("Top kernels whose GPU time per step changed against the peer (µs):\n\n| kernel | peer | "
-           f"`{ma}` | change |\n|---|---|---|---|\n" + "\n".join(
-               f"| `{d['kernel'][:60]}` | {d['peer_us']:.0f} | {d['us']:.0f} | {d['delta_us']:+.0f} |"
+        md("Top kernels whose GPU time per step changed against the peer (µs; —: not among that run's top "
+           f"kernels):\n\n| kernel | peer | `{ma}` | change |\n|---|---|---|---|\n" + "\n".join(
+               f"| `{d['kernel'][:60]}` | {'—' if d['status'] == 'new' else format(d['peer_us'], '.0f')} | "
+               f"{'—' if d['status'] == 'gone' else format(d['us'], '.0f')} | "
+               f"{d['status'] if d['status'] != 'both' else format(d['delta_us'], '+.0f')} |"
                for d in why["kernel_deltas"][:8]))
 
 # %% [markdown]
@@ -346,7 +362,8 @@ if ref is not None:
     for rows_, label in ((decode_rows, "decode"), (train_rows, "training")):
         for r in rows_:
             if r["mode"] in ("eager", "reduce-overhead", "max-autotune-no-cudagraphs") and r.get("top_kernels"):
-                md(f"Top GPU kernels, {label} step, `{r['mode']}`:\n\n| kernel | per call | µs per call |\n|---|---|---|\n"
+                md(f"Top GPU kernels, {label} step, `{r['mode']}`:\n\n"
+                   "| kernel | calls per step | µs per step (all its calls) |\n|---|---|---|\n"
                    + "\n".join(f"| `{k['kernel'][:60]}` | {k['count']:.0f} | {k['gpu_us_per_call']:.1f} |"
                                for k in r["top_kernels"][:5]))
 
