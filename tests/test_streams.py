@@ -141,3 +141,21 @@ def test_gpu_copy_overlap():
     pinned = v["copy stream: pinned, non_blocking"]
     assert pinned["speedup_vs_serial"] > 1.3, pinned
     assert pinned["host_blocked_ms"] < 0.5 * o["copy_ms"]
+
+
+def test_gantt_legend_names_and_single_point_sweeps():
+    """Finding: the race chart's legend read "spin," (the first word of "spin, then x = 1"), and the
+    H200 record's one-case sweep drew sync and async as the same dot."""
+    from course_kit.plots.streams import _kind
+    assert [_kind(n) for n in ("work 0", "spin A", "step 12", "spin, then x = 1", "y = 2 * x", "H2D copy", "")] == \
+        ["work", "spin", "step", "spin, then x = 1", "y = 2 * x", "H2D copy", "work"]
+    t = streams.Timeline()
+    t.add("producer", "spin, then x = 1", 0.0, 1.0)
+    t.add("consumer", "y = 2 * x", 0.2, 0.3)
+    assert sorted(tr.name for tr in splots.gantt(t).data) == ["spin, then x = 1", "y = 2 * x"]
+    rows = [{"mode": m, "batch": 16, "gpu_idle_fraction": i, "tokens_per_s": v, "model": "llama-1b"}
+            for m, i, v in (("sync", 0.60, 7691.0), ("async", 0.52, 8362.0))]
+    fig = splots.idle_and_throughput(rows, x="batch", group="model")
+    symbols = {tr.name: tr.marker.symbol for tr in fig.data}
+    assert len(set(symbols.values())) == 2
+    assert all("text" in tr.mode and list(tr.text) == [tr.name.split(",")[0]] for tr in fig.data)

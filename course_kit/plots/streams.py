@@ -1,6 +1,7 @@
 """Figures for notebook 07: timelines (Gantt charts of lanes), idle fraction and throughput sweeps."""
 from __future__ import annotations
 
+import re
 from typing import Iterable, Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -8,13 +9,21 @@ from plotly.subplots import make_subplots
 
 from ..streams.timeline import Timeline
 
-# A stable colour per kind of work, keyed by the first word of a span's name.
+# A stable colour per kind of work, keyed by the span's name without its index ("step 3" -> "step").
 _PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
             "#7f7f7f", "#bcbd22", "#17becf"]
 
 
+_INDEXED = re.compile(r"^([A-Za-z][A-Za-z ]*?) (\d+|[A-Z])$")
+
+
 def _kind(name: str) -> str:
-    return name.split(" ")[0] if name else "work"
+    """The legend entry of a span: its name without a trailing index ("work 0", "spin A", "step 12"),
+    else the whole name ("spin, then x = 1", "H2D copy"): never a clipped word such as "spin,"."""
+    if not name:
+        return "work"
+    indexed = _INDEXED.match(name)       # words, then an index; not "x = 1", an assignment
+    return indexed.group(1) if indexed else name
 
 
 def _as_timeline(tl: Timeline | Iterable[Mapping]) -> Timeline:
@@ -95,6 +104,8 @@ def idle_and_throughput(rows: Sequence[Mapping], x: str = "batch", group: str | 
     fig = make_subplots(rows=1, cols=2, subplot_titles=(IDLE_TITLES.get(idle_key, idle_key), "throughput"),
                         horizontal_spacing=0.14)
     dash = {"sync": "dot", "async": "solid"}
+    # a sweep of one batch per mode has no line to dash: the markers and a label tell the modes apart
+    symbol = {"sync": "circle-open", "async": "diamond"}
     keys: dict[tuple, list[Mapping]] = {}
     for r in rows:
         keys.setdefault((r["mode"], r.get(group) if group else None), []).append(r)
@@ -104,11 +115,14 @@ def idle_and_throughput(rows: Sequence[Mapping], x: str = "batch", group: str | 
         label = f"{mode}" + (f", {group}={g}" if group else "")
         colour = _PALETTE[groups.index(g) % len(_PALETTE)]
         style = dict(color=colour, dash=dash.get(mode, "solid"))
-        fig.add_trace(go.Scatter(x=[r[x] for r in rs], y=[r[idle_key] for r in rs], name=label,
-                                 mode="lines+markers", line=style, legendgroup=label), 1, 1)
+        marker = dict(symbol=symbol.get(mode, "square"), size=11, line=dict(width=2, color=colour))
+        single = len(rs) == 1
+        shown = dict(mode="lines+markers+text" if single else "lines+markers", line=style, marker=marker,
+                     legendgroup=label, text=[mode] * len(rs) if single else None,
+                     textposition="middle right" if mode == "async" else "middle left")
+        fig.add_trace(go.Scatter(x=[r[x] for r in rs], y=[r[idle_key] for r in rs], name=label, **shown), 1, 1)
         fig.add_trace(go.Scatter(x=[r[x] for r in rs], y=[r["tokens_per_s"] for r in rs],
-                                 name=label, mode="lines+markers", line=style, legendgroup=label,
-                                 showlegend=False), 1, 2)
+                                 name=label, showlegend=False, **shown), 1, 2)
     fig.update_yaxes(title_text="share of wall time", tickformat=".0%", row=1, col=1)
     fig.update_yaxes(title_text="tokens / s", row=1, col=2)
     ticks = sorted({r[x] for r in rows})      # every measured value, whole: no "2, 5" without its decade

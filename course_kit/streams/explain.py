@@ -80,15 +80,40 @@ def idle_words(device_lane: str, device_name: str) -> str:
     return f"{device_name} idle"
 
 
+def with_throughput(f: Mapping, sync_tokens_per_s: float, async_tokens_per_s: float) -> dict:
+    """`f` with its speed-up taken from the runs' throughputs (the same tokens in both modes, so
+    tokens/s over the whole `generate` call) instead of the timelines' windows. A record's figure
+    and chart use the throughput; the timeline's window starts at the first step and ends at the
+    last, so it leaves out the run's start and drain and can give another ratio. One definition
+    per sentence: this one, named as such by `explain_overlap`."""
+    for name, v in (("sync_tokens_per_s", sync_tokens_per_s), ("async_tokens_per_s", async_tokens_per_s)):
+        if not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"{name} must be a positive throughput, got {v!r}")
+    return {**f, "speedup": async_tokens_per_s / sync_tokens_per_s,
+            "throughput": (sync_tokens_per_s, async_tokens_per_s)}
+
+
+def _speed_sentence(f: Mapping) -> str:
+    """'Async ran 1.09x faster than sync (throughput 7,691 → 8,362 tokens/s ...)': the speed-up that
+    the rest of the paragraph uses, with what it was computed from."""
+    s, a = f["sync"], f["async"]
+    windows = f"{_t(s['wall_s'])} → {_t(a['wall_s'])}"
+    if "throughput" not in f:
+        return f"Async ran {narrate.speed(a['wall_s'], s['wall_s'])} sync (wall time {windows})."
+    tps_s, tps_a = f["throughput"]
+    return (f"Async ran {narrate.rate(tps_a, tps_s)} sync (throughput {tps_s:,.0f} → {tps_a:,.0f} tokens/s over "
+            f"each whole run; the same runs' timelines, from the first step to the last, span {windows}).")
+
+
 def explain_overlap(f: Mapping, device_name: str = "GPU") -> str:
-    """The paragraph for one pair (from `overlap_figures`): the device lane's empty share before and
-    after, the speed-up in words, the bound, and why the speed-up sits where it does."""
+    """The paragraph for one pair (from `overlap_figures`, or `with_throughput` of it): the device
+    lane's empty share before and after, the speed-up in words, the bound, and why the speed-up sits
+    where it does."""
     s, a = f["sync"], f["async"]
     speedup, bound = f["speedup"], f["bound_sync"]
     lane = f["busiest_sync_lane"]
-    text = (f"{idle_words(f['device_lane'], device_name)}: {s['idle']:.1%} (sync) → {a['idle']:.1%} (async). Async ran "
-            f"{narrate.speed(a['wall_s'], s['wall_s'])} sync (wall time {_t(s['wall_s'])} → "
-            f"{_t(a['wall_s'])}). The bound read from the sync timeline, wall time / busiest lane "
+    text = (f"{idle_words(f['device_lane'], device_name)}: {s['idle']:.1%} (sync) → {a['idle']:.1%} (async). "
+            f"{_speed_sentence(f)} The bound read from the sync timeline, wall time / busiest lane "
             f"({lane}, busy {_t(s['busy_s'][lane])}), is {bound:.2f}x. ")
     shrank, grew = _lane_changes(f, grown=False), _lane_changes(f, grown=True)
     if speedup > bound * (1 + SAME_WITHIN / 2):
@@ -114,33 +139,55 @@ def explain_overlap(f: Mapping, device_name: str = "GPU") -> str:
 
 def explain_pair(sync: Timeline | Iterable[Mapping], async_: Timeline | Iterable[Mapping],
                  lanes: Sequence[str] = ("cpu", "gpu"), device_lane: str = "gpu",
-                 device_name: str = "GPU") -> str:
-    """`explain_overlap(overlap_figures(...))` in one call."""
-    return explain_overlap(overlap_figures(sync, async_, lanes, device_lane), device_name)
+                 device_name: str = "GPU", throughput: tuple[float, float] | None = None) -> str:
+    """`explain_overlap(overlap_figures(...))` in one call; `throughput` (sync, async tokens/s): the
+    speed-up is their ratio (`with_throughput`), else the timelines' windows'."""
+    f = overlap_figures(sync, async_, lanes, device_lane)
+    return explain_overlap(with_throughput(f, *throughput) if throughput else f, device_name)
 
 
-def which_mattered(real: Mapping, ideal: Mapping, lane: str = "cpu") -> str:
+def _growth(f: Mapping, lane: str) -> float | None:
+    """How much longer `lane` was busy in async than in sync (0.14: 14% longer); None if idle in sync."""
+    b_s = f["sync"]["busy_s"].get(lane, 0.0)
+    return f["async"]["busy_s"].get(lane, 0.0) / b_s - 1.0 if b_s > 0 else None
+
+
+def which_mattered(real: Mapping, ideal: Mapping, host_lane: str = "cpu") -> str:
     """Section 5 of notebook 07 runs the loop twice: with a worker thread doing real matmuls (it
     competes with the host for cores and the interpreter lock) and with a device that sleeps through
     its steps (no competition). From the two pairs' `overlap_figures`: did the competition matter in
-    this run? It did when the host's busy time grew more in async beside the real worker."""
-    grow = {name: f["async"]["busy_s"][lane] / f["sync"]["busy_s"][lane] - 1.0
-            for name, f in (("real", real), ("ideal", ideal)) if f["sync"]["busy_s"][lane] > 0}
-    if len(grow) < 2:
-        return f"The {lane} lane did no work in one of the runs, so the timelines cannot say which mattered."
-    g_real, g_ideal = grow["real"], grow["ideal"]
-    figures = (f"in async the host's work took {_pct_change(g_real)} beside the worker doing real matmuls, "
-               f"and {_pct_change(g_ideal)} beside the sleeping device")
-    if g_real > g_ideal + SAME_WITHIN:
-        return (f"In this run the competition for the CPU mattered: {figures}. The host's work stretched "
-                f"because the worker thread used the cores it needed; with a real GPU the kernels use no "
-                f"host core, as in the second run.")
-    if g_real >= g_ideal - SAME_WITHIN:
-        return (f"In this run the competition for the CPU did not matter: {figures} (within "
-                f"{SAME_WITHIN:.0%} of each other). What separates the two runs is the device's step time.")
-    return (f"In this run the competition for the CPU does not explain the stretch: {figures}. The host's "
-            f"work grew more beside a device that uses no core, so what stretched it is the loop itself "
-            f"(handing each step to the worker and waiting for it), not the cores the real matmuls took.")
+    this run? It did on a side whose busy time grew more in async beside the real worker than beside
+    the sleeping device: the host's (its work stretched) or the device's (the matmuls stretched
+    while running beside the host). Both lanes are read; the sentence names each that did."""
+    device_lane = real["device_lane"]
+    grow = {lane: (_growth(real, lane), _growth(ideal, lane)) for lane in (host_lane, device_lane)}
+    idle = [lane for lane, g in grow.items() if None in g]
+    if idle:
+        return (f"The {idle[0]} lane did no work in one of the sync runs, so the timelines cannot say "
+                "which mattered.")
+    (h_real, h_ideal), (d_real, d_ideal) = grow[host_lane], grow[device_lane]
+    figures = (f"in async the host's work took {_pct_change(h_real)} beside the worker doing real matmuls "
+               f"and {_pct_change(h_ideal)} beside the sleeping device; the device's steps took "
+               f"{_pct_change(d_real)} with real matmuls and {_pct_change(d_ideal)} asleep")
+    host_hit, device_hit = h_real > h_ideal + SAME_WITHIN, d_real > d_ideal + SAME_WITHIN
+    gpu_note = "with a real GPU the kernels use no host core, as in the second run."
+    if host_hit and device_hit:
+        return (f"In this run the competition for the CPU mattered on both sides: {figures}. Host and worker "
+                f"shared the cores and Python's interpreter lock, so each ran longer beside the other; {gpu_note}")
+    if device_hit:
+        return (f"In this run the competition for the CPU mattered on the device's side: {figures}. The real "
+                f"matmuls ran longer while the host worked beside them (the worker needs the cores and Python's "
+                f"interpreter lock the host holds), so overlap gained little; {gpu_note}")
+    if host_hit:
+        return (f"In this run the competition for the CPU mattered on the host's side: {figures}. The host's "
+                f"work stretched because the worker thread used the cores it needed; {gpu_note}")
+    if h_real < h_ideal - SAME_WITHIN:
+        return (f"In this run the competition for the CPU does not explain the stretch: {figures}. Neither side "
+                f"grew more beside the real matmuls; the host's work grew more beside a device that uses no "
+                f"core, so what stretched it is the loop itself (handing each step to the worker and waiting "
+                f"for it).")
+    return (f"In this run the competition for the CPU did not matter: {figures} (each side within "
+            f"{SAME_WITHIN:.0%} of the other run, or less). What separates the two runs is the device's step time.")
 
 
 def _pct_change(g: float) -> str:
@@ -153,6 +200,8 @@ def _time_words(wall_sync: float, wall_async: float) -> tuple[float, str]:
     saved = 1.0 - wall_async / wall_sync
     if abs(saved) <= narrate.SAME_WITHIN:
         return saved, f"about the same time in both modes (within {narrate.SAME_WITHIN:.0%})"
+    if wall_async >= 2 * wall_sync:     # "304.5% more time" reads worse than "4.04x as long"
+        return saved, f"{wall_async / wall_sync:.2f}x as long in async mode"
     return saved, (f"{saved:.1%} less time in async mode" if saved > 0 else f"{-saved:.1%} more time in async mode")
 
 
@@ -178,17 +227,18 @@ def explain_blog(rows: Sequence[Mapping], summary: Mapping) -> str:
         if not s or not a:
             continue
         saved, words = _time_words(s["wall_s"], a["wall_s"])
+        measured = s.get("gpu_idle_fraction") is not None and a.get("gpu_idle_fraction") is not None
         idle = (f"GPU idle {s['gpu_idle_fraction']:.1%} (sync) → {a['gpu_idle_fraction']:.1%} (async)"
-                + _overhead_words(s, a)
-                if s.get("gpu_idle_fraction") is not None and a.get("gpu_idle_fraction") is not None
-                else "GPU idle not measured (no GPU in this run)")
+                if measured else "GPU idle not measured (no GPU in this run)")
         vs = ""
         if abs(saved) > narrate.SAME_WITHIN:
             where = narrate.above_or_below(saved, claim["time_saved"], same_within=0.1)
             vs = (f", {'about the same as' if where == 'at' else where} the blog's "
                   f"{claim['time_saved']:.0%}" if saved > 0 else "")
-        lines.append(f"- **{system}**: {idle}; throughput {s['tokens_per_s']:,.0f} → {a['tokens_per_s']:,.0f} "
-                     f"tokens/s, {words}{vs}.")
+        lines.append(f"- **{system}**: {idle}, and the run took {words}{vs} (throughput "
+                     f"{s['tokens_per_s']:,.0f} → {a['tokens_per_s']:,.0f} tokens/s)"
+                     + (idle_vs_time(s["gpu_idle_fraction"], a["gpu_idle_fraction"], saved) if measured else ".")
+                     + (_overhead_words(s, a) if measured else ""))
     lines.append(f"The lecture's claim ({claim['source']}): on an {claim['model']} model at batch "
                  f"{claim['batch']}, GPU idle {claim['sync_gpu_idle']:.0%} → {claim['async_gpu_idle']:.1%} and "
                  f"{claim['time_saved']:.0%} less time ({claim['sync_s']} s → {claim['async_s']} s). Here: "
@@ -199,12 +249,49 @@ def explain_blog(rows: Sequence[Mapping], summary: Mapping) -> str:
     return "\n".join(line for line in lines if line)
 
 
+def idle_vs_time(idle_sync: float, idle_async: float, saved: float) -> str:
+    """': less idle and less time' or ': the GPU idled less, yet the run took longer ...': whether a
+    change of GPU idle came with the time change the reader would expect from it. `saved`: the share
+    of the sync time that async saved (negative: it took longer)."""
+    d_idle = idle_async - idle_sync
+    if abs(d_idle) <= SAME_WITHIN:
+        return ": about as much GPU idle in both modes."
+    if abs(saved) <= narrate.SAME_WITHIN:
+        return (f": the GPU idled {narrate.direction(d_idle, 'more', 'less')}, yet the run took about as long, "
+                "so the idle share alone does not say which mode was faster.")
+    idle_fell, time_fell = d_idle < 0, saved > 0
+    if idle_fell == time_fell:
+        return (f": {narrate.direction(d_idle, 'more', 'less')} idle and "
+                f"{narrate.direction(-saved, 'more', 'less')} time.")
+    # idle share and time moved the same way for the GPU's busy time: busy = (1 - idle) * time
+    return (f": the GPU idled {narrate.direction(d_idle, 'more', 'less')}, yet the run took "
+            f"{narrate.direction(-saved, 'longer', 'less time')}; the GPU's busy time "
+            f"{narrate.direction(-saved, 'grew', 'shrank')} with the run, so the "
+            f"{narrate.direction(d_idle, 'larger', 'smaller')} idle share is no gain in speed.")
+
+
 def _overhead_words(s: Mapping, a: Mapping) -> str:
-    """' (profiled; the profiler slowed the runs by 12% and 18%)' when the rows carry it."""
-    o = [r.get("profiler_overhead") for r in (s, a)]
-    if any(v is None for v in o):
+    """' Idle read from profiled passes: the profiler slowed the runs by 12% and 18%.' when the rows
+    carry it. A profiled pass that ran as fast as its unprofiled run, or faster, is said so: the
+    profiler's cost was then smaller than the variation between runs, never a negative overhead."""
+    o = {"sync": s.get("profiler_overhead"), "async": a.get("profiler_overhead")}
+    if any(v is None for v in o.values()):
         return ""
-    return f" (profiled; the profiler slowed the runs by {o[0]:.0%} and {o[1]:.0%})"
+    if all(v > narrate.SAME_WITHIN for v in o.values()):
+        return (f" Idle read from profiled passes: the profiler slowed the runs by {o['sync']:.0%} and "
+                f"{o['async']:.0%}.")
+
+    def took(v: float) -> str:
+        return (f"{abs(v):.0%} {narrate.direction(v, 'longer', 'shorter')}" if abs(v) > narrate.SAME_WITHIN
+                else f"about as long (within {narrate.SAME_WITHIN:.0%})")
+    text = ("Idle read from profiled passes, which took, against the unprofiled runs: "
+            + ", ".join(f"{mode} {took(v)}" for mode, v in o.items()))
+    if min(o.values()) < -narrate.SAME_WITHIN:
+        return (f" {text}. A profiled pass that runs faster than the unprofiled one: the profiler's cost "
+                "was smaller than the variation between runs.")
+    if max(o.values()) <= narrate.SAME_WITHIN:
+        return f" {text}: the profiler's cost was within the variation between runs."
+    return f" {text}."
 
 
 def blog_token_agreement(summary: Mapping) -> str:

@@ -18,7 +18,8 @@
 # - why host-to-device copies need pinned memory to overlap compute;
 # - how to read a timeline: idle fraction, and the bound on what overlap can gain;
 # - how to read a profiler trace of the engine: GPU idle from kernel intervals, split into the time
-#   between steps (what async removes) and between kernels inside a step (what fusion removes);
+#   between steps (what async removes) and the time inside a step, which is itself two things: host
+#   work the GPU waits for inside the step, and the short gaps between kernels (what fusion removes);
 # - the engine's async mode: placeholders for tokens the host does not have yet, filled on the GPU.
 
 # %%
@@ -57,7 +58,7 @@ from course_kit.models import llama
 from course_kit.notebook import md, show_source
 from course_kit.plots import profiling as pplots, streams as splots
 from course_kit.profiling import explain as pexplain, files as tfiles, trace as ptrace
-from course_kit.streams import gpu
+from course_kit.streams import gpu, step_gaps, sweep
 from course_kit.streams.explain import explain_blog, explain_pair, overlap_figures, which_mattered
 from course_kit.widgets import show
 from course_kit.widgets.streams import OverlapExplorer
@@ -407,8 +408,13 @@ md(f"On this machine ({'GPU' if ON_GPU else 'CPU, worker thread as the device'})
 # unprofiled). Each step is marked with `record_function("step k")`; every kernel and copy is
 # attributed to the step whose host call launched it. The idle time then splits in two: **between
 # steps** (the GPU waits for the host to prepare the next step: what the async loop removes) and
-# **inside steps**, between one step's kernels (launch latency, even inside a CUDA graph: what fusion
-# and megakernels remove). On a CPU the "device" is the worker thread, and the trace holds operators.
+# **inside steps**, from a step's first GPU activity to its last. Inside a step there are two kinds of
+# wait: host work the GPU waits for while the step is under way (a step's input copies can run
+# before the host has launched the rest of it), which shows as one long gap, and the many short gaps
+# between kernels (launch latency, even inside a CUDA graph: what fusion and megakernels remove).
+# Which of the two dominates is read from the trace below: each step's largest gap against the rest,
+# and the host call that was running during it. On a CPU the "device" is the worker thread, and the
+# trace holds operators.
 
 # %%
 show_source(AsyncEngine.step, span="with record_function")
@@ -436,16 +442,24 @@ if ref_prof:
     by_r = {r["variant"]: r for r in ref_prof}
     lines += [pexplain.describe(r, f"The H200 record, {r['what']}") for r in ref_prof]
     lines.append("The H200 record: " + pexplain.compare(by_r["sync"], by_r["async"], ("sync", "async")))
+# inside-step idle: each step's largest gap (and the host call under it) against the short gaps
+lines += [step_gaps.explain_step_gaps(step_gaps.from_trace(r["trace"]), f"This machine, {r['variant']} loop")
+          for r in own_prof]
+lines += [step_gaps.explain_step_gaps(step_gaps.from_trace(ref_kept[r["name"]]),
+                                      f"The H200 record's kept steps, {r['variant']} loop")
+          for r in ref_prof if ref_kept.get(r["name"])]
 lines += [pexplain.how_to_open(p) for p in saved]
 md("\n\n".join(lines))
 
 # %% [markdown]
 # ## 7. Across batch sizes and model sizes
 #
-# The gain depends on the ratio of host time to device time per step. Small batches of a small model
-# have short GPU steps, so the host's share, and the idle time, is large; big models at big batches
-# keep the GPU busy anyway. `course-kit bench async` sweeps both; here it runs at this machine's size,
-# and the H200 record is shown beside it.
+# The gain depends on the ratio of host time to device time per step. A larger batch or a larger
+# model lengthens the GPU's part of a step, but the host's part grows with the batch too (more
+# sequences to schedule, more inputs to build, more tokens to read back), so which way the idle share
+# moves with the batch is a measurement, not a rule: it is read below from the sweep's own rows.
+# `course-kit bench async` runs the batch sizes and models of its size class; here it runs at this
+# machine's size, and the H200 record is shown beside it, with the cases it holds.
 
 # %%
 show_source(async_bench.headline)
@@ -453,6 +467,7 @@ show_source(async_bench.headline)
 # %%
 own = benchmarks.run_topic("async", {"size": P["size"], "batches": SWEEP_BATCHES, "progress": False, "blog": False,
                                 "models": [ENGINE_MODEL], "new_tokens": NEW_TOKENS})
+md("This machine's sweep: " + sweep.sweep_words(own["results"]))
 splots.idle_and_throughput(own["results"], x="batch", group="model",
                            title=f"This machine ({own['environment'].get('gpu') or 'CPU'})")
 
@@ -470,6 +485,9 @@ ref_async = notebook.record("async", quiet=True)
 if ref_async is None:
     notebook.banner("No H200 record of <code>course-kit bench async</code> yet; it will appear here once recorded.",
                     "warning")
+else:
+    md(f"The {ref_async['environment'].get('gpu', 'H200')} record of `course-kit bench async` is drawn below. "
+       + sweep.describe_record(ref_async["results"]))
 fig = (splots.idle_and_throughput(ref_async["results"], x="batch", group="model",
                                   title=f"Reference: {ref_async['environment'].get('gpu', 'H200')}")
        if ref_async else None)
@@ -484,9 +502,12 @@ if head:
                             lanes=["cpu", "copy", "gpu"])
     # both modes' busy times, computed from the recorded timelines (the bound read from sync
     # assumes they stay the same; the explanation says whether they did)
-    md(f"On the reference GPU, at {head['model']} batch {head['batch']}: "
-       + explain_pair(ref_async["timelines"][f"{key}/sync"], ref_async["timelines"][f"{key}/async"]))
     rows_h = {r["mode"]: r for r in ref_async["results"] if r["model"] == head["model"] and r["batch"] == head["batch"]}
+    # the speed-up is the record's (tokens/s over the whole run, as plotted above), not the ratio of
+    # the timelines' windows, which leave out each run's start and drain
+    md(f"On the reference GPU, at {head['model']} batch {head['batch']}: "
+       + explain_pair(ref_async["timelines"][f"{key}/sync"], ref_async["timelines"][f"{key}/async"],
+                      throughput=(rows_h["sync"]["tokens_per_s"], rows_h["async"]["tokens_per_s"])))
     if all(rows_h[m].get("gpu_idle_fraction") is not None for m in ("sync", "async")):
         md(" ".join(pexplain.event_vs_profiler(rows_h[m]["host_step_gap_fraction"], rows_h[m]["gpu_idle_fraction"],
                                                rows_h[m].get("gpu_idle_within_steps"), f"The {m} loop")
@@ -505,7 +526,10 @@ fig
 # ### The lecture's figure: an 8B model at batch 32, against HF's async batching
 # The lecture quotes Hugging Face's post *Unlocking asynchronicity in continuous batching* (2026): with
 # synchronous continuous batching an 8B model at batch 32 left the GPU idle about a quarter of the
-# time, and the asynchronous mode of transformers' continuous batching nearly removed that idle time.
+# time, and that the asynchronous mode of transformers' continuous batching cut both the idle time and
+# the run's time. Less idle time and less time do not always go together (a mode can idle less and
+# still run longer, when the GPU's own work grows), so below each system's idle change is stated
+# next to its time change.
 # `course-kit bench async` on a full-size GPU reproduces the set-up at a size that fits a few minutes:
 # the Llama-3-8B shape with seeded random weights, 32 requests in 32 slots, and in one run on the same
 # prompts the course engine sync and async, and transformers' continuous batching (the machinery of
@@ -640,7 +664,9 @@ grading.check("07.overlap_predict_hidden", CAUSE)
 # - A timeline gives a lane's idle fraction and the bound `window / busiest lane` on what overlap
 #   can gain; overlap hides the smaller of host and device time per step, never the larger.
 # - GPU idle comes from a profiler trace (kernel and copy intervals), not from events around whole
-#   steps: what is left after async lies between kernels inside a step, which fusion attacks.
+#   steps: what is left after async lies inside the steps, and the trace splits it further: host work
+#   the GPU waits for inside a step (one long gap, during a host call) and the short gaps between
+#   kernels, which fusion attacks. Read which one dominates before choosing the remedy.
 # - The engine's async mode schedules and prepares step N+1 while step N runs, carrying tokens it
 #   does not know yet as placeholders filled on the GPU: same tokens, less idle time.
 #
