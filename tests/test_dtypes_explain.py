@@ -141,3 +141,59 @@ def test_notebook_01_names_the_device_of_its_live_weight_only_run():
     src = (Path(__file__).resolve().parents[1] / "notebooks" / "src" / "01_dtypes_and_overflow.py").read_text()
     assert "On this {P['device']}" not in src
     assert "device.gpu_name() if P['device'] == 'cuda' else 'CPU'" in src
+
+
+def test_exact_powers_of_two_print_exactly():
+    """The H200 recording of 01 printed e4m3's eps as '0.12'; it is exactly 2^-3 = 0.125."""
+    from course_kit.dtypes.explain import format_value
+    fp8 = explain_range_precision("fp8_e4m3fn", "fp8_e5m2")
+    assert "**0.125**" in fp8 and "**0.12**" not in fp8 and "**0.25**" in fp8
+    assert "**57344**" in fp8 and "5.73e+04" not in fp8
+    bf = explain_range_precision("fp16", "bf16")
+    assert "eps **0.0078125** against fp16's **0.0009765625**" in bf and "**3.39e+38**" in bf
+    assert format_value(2.0**-23) == "2^-23" and format_value(448.0) == "448" and format_value(0.1) == "0.1"
+    with pytest.raises(ValueError, match="finite positive"):
+        format_value(0.0)
+
+
+def test_a_live_run_is_not_called_the_record():
+    """The H200 recording of 01 said 'the record does not show why' of this notebook's own live runs."""
+    from course_kit.dtypes.explain import explain_weight_only
+    live = explain_throughput(REC["summary"], REC["results"], "NVIDIA H200", 8192, live=True)
+    assert "this run does not show why" in live and "the record does not show why" not in live
+    assert "the record does not show why" in explain_throughput(REC["summary"], REC["results"], "NVIDIA H200", 8192)
+    rows = [{"kind": "bf16", "m": 16, "n": 1024, "median_s": 42.8e-6, "weight_gbs": 49.0, "weight_bytes": 2 * 1024**2},
+            {"kind": "int4", "median_s": 209.8e-6, "weight_gbs": 3.0, "weight_bytes": 1024**2 // 2 + 2 * 2 * 1024 * 8,
+             "kernel": "aten._weight_int4pack_mm", "group_size": 128, "rel_error_vs_dequantised": 2.5e-3,
+             "quantisation_error": 0.099}]
+    on_gpu = explain_weight_only(rows, "On this NVIDIA H200", live=True)
+    assert "this run does not show why" in on_gpu and "the record" not in on_gpu
+    assert "the record does not show why" in explain_weight_only(rows, "On the NVIDIA H200")
+    src = (Path(__file__).resolve().parents[1] / "notebooks" / "src" / "01_dtypes_and_overflow.py").read_text()
+    assert "live=own is not None" in src and "'CPU'}\", live=True))" in src
+
+
+def test_the_weight_only_decode_heading_promises_no_result():
+    """01's heading said 'Weight-only decode that pays' over a record of 1.04-1.12x against byte ratios of 2-3.76x."""
+    src = (Path(__file__).resolve().parents[1] / "notebooks" / "src" / "01_dtypes_and_overflow.py").read_text()
+    assert "decode that pays" not in src
+    assert "# ### Weight-only decode: what the bytes predict and what it measures" in src
+
+
+def test_dtype_rates_state_the_gap_here_and_on_the_reference():
+    """00 promised how far apart the dtypes are 'on this machine and on the reference' and showed the
+    reference's bf16/fp32 ratio alone (H200 recording: 811 TFLOP/s bf16 here, 801 and 51 on the reference)."""
+    from course_kit.dtypes.explain import explain_dtype_rates
+    ref = {"fp32": 51.08, "tf32": 378.0, "bf16": 801.0, "fp16": 790.0}
+    here = {"fp32": 51.7, "tf32": 380.0, "bf16": 811.0, "fp16": 795.0}
+    text = explain_dtype_rates(here, 8192, ref, "NVIDIA H200", 8192)
+    assert "Fastest dtype here: **bf16** at **811 TFLOP/s** (n = 8192)" in text
+    assert f"bf16 runs **{811 / 51.7:.2f}x faster than** strict fp32 here" in text
+    assert f"bf16 runs {801 / 51.08:.2f}x faster than strict fp32 there" in text
+    cpu = explain_dtype_rates({"fp32": 0.2}, 1024, ref, "NVIDIA H200", 8192)
+    assert "Only fp32 was measured here, so how far apart bf16 and strict fp32 are is shown for the reference alone" in cpu
+    alone = explain_dtype_rates({"fp32": 0.2}, 1024)
+    assert alone.endswith("Only fp32 was measured here.")
+    src = (Path(__file__).resolve().parents[1] / "notebooks" / "src" / "00_start_here.py").read_text()
+    assert "md(explain_dtype_rates(own[\"summary\"][\"matmul_tflops\"], MATMUL_N" in src
+    assert "only the reference's gap is printed" in src

@@ -219,3 +219,24 @@ def test_figures_and_the_widgets_callbacks():
     assert "int4 at M = 1" in WoqExplorer(saved).text.value
     with pytest.raises(ValueError, match="batch 3 is not one of"):
         WoqExplorer(rec, m=3)
+
+
+def test_low_agreement_on_random_weights_is_said_to_measure_noise_not_the_kernel():
+    """The H200 record: llama3-8b int4 chose the bf16 step's token at 0.0% of 128 positions, unexplained."""
+    import json
+    from pathlib import Path
+    q = json.loads((Path(__file__).resolve().parents[1] / "data/reference/h200/woq.json").read_text())["summary"]["quality"]
+    text = E.explain_error(q)
+    llama3 = next(p for p in text.split("\n\n") if p.startswith("**llama3-8b:**"))
+    assert "Agreement as low as int4's 0.0% needs reading with care" in llama3
+    assert "rounding alone (the bf16 Triton step against eager) changed 13.3% of the picks" in llama3
+    assert "quantisation noise (|Δlogit| up to 7.86) against near-tied logits, not the kernel" in llama3
+    assert "int8's 64.8%" not in llama3              # int8 agreed at 64.8%: not low
+    # high agreement (a live smollm run: 96.9% and 52.0%): nothing to explain
+    live = {"smollm-135m": {"int8": {"positions": 256, "agreement": 0.969, "max_abs_dlogit": 0.104},
+                            "int4": {"positions": 256, "agreement": 0.52, "max_abs_dlogit": 0.871}}}
+    assert "reading with care" not in E.explain_error(live)
+    low = {"m": {"int4": {"positions": 256, "agreement": 0.2, "max_abs_dlogit": 2.0}}}
+    no_floor = E.explain_error(low)
+    assert "reading with care" in no_floor and "rounding alone" not in no_floor
+    assert "reading with care" not in E.explain_error(low, random_weights=False)

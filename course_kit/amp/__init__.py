@@ -16,8 +16,9 @@ Modules:
 from .grads import FP16_MAX, FP16_MIN_NORMAL, FP16_MIN_SUBNORMAL, flat_grads, log2_histogram, underflow_fractions
 from .precision import PRECISIONS, Precision, get, note, tf32_flags
 from .scaler import DynamicLossScaler
-from .train import RunResult, compare, saved_activation_bytes, saved_bytes_by_dtype, train
-from .activations import activation_grads, explain_logit_grads, log2_hist, typical_logit_grad, zones
+from .train import LAST_STEPS, RunResult, compare, final_loss, saved_activation_bytes, saved_bytes_by_dtype, train, train_data
+from .activations import (activation_grads, explain_logit_grads, explain_noscale_losses, log2_hist,
+                          typical_logit_grad, zones)
 from .stepper import ScalerPair, explain_step
 
 __all__ = [
@@ -25,4 +26,5 @@ __all__ = [
     "RunResult", "compare", "flat_grads", "get", "log2_histogram", "note", "saved_activation_bytes",
     "tf32_flags", "train", "underflow_fractions", "saved_bytes_by_dtype", "activation_grads",
     "explain_logit_grads", "log2_hist", "typical_logit_grad", "zones", "ScalerPair", "explain_step",
+    "LAST_STEPS", "final_loss", "train_data", "explain_noscale_losses",
 ]

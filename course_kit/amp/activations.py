@@ -119,16 +119,7 @@ def explain_logit_grads(n_tokens: int, vocab: int, zero_fp16: float | None = Non
     if zero_fp16 is not None:
         text += f" Under {f.name} autocast without a scaler, **{zero_fp16:.1%}** of those entries were exactly zero."
     if losses:
-        first, last, uniform = losses[0], losses[-1], math.log(vocab)
-        moved = first - last
-        if abs(moved) < 0.02 * uniform:
-            verdict = "did not fall"
-        elif moved > 0:
-            verdict = f"fell by {moved:.2f}"
-        else:
-            verdict = f"rose by {-moved:.2f}"
-        text += (f" Without a scaler the loss went from {first:.2f} to {last:.2f} ({verdict}; a uniform "
-                 f"guess scores ln({vocab:,}) = {uniform:.2f}).")
+        text += " " + explain_noscale_losses(losses, vocab)
     if g < sub:
         need = math.ceil(math.log2(sub) - math.log2(g))
         text += (f" A loss scale of at least 2^{need} lifts them into {f.name}'s range; GradScaler starts "
@@ -137,3 +128,20 @@ def explain_logit_grads(n_tokens: int, vocab: int, zero_fp16: float | None = Non
         text += (f" At this size they survive in {f.name} even without a scaler: the gradients that matter "
                  f"here are not small enough to flush.")
     return text
+
+
+def explain_noscale_losses(losses: list[float], vocab: int) -> str:
+    """How the loss of fp16 without a scaler moved, first step to last, against ln(vocab), the loss of
+    a uniform guess: the part of `explain_logit_grads` that a training run adds to section 2's probe."""
+    if not losses:
+        raise ValueError("no losses to describe")
+    first, last, uniform = losses[0], losses[-1], math.log(vocab)
+    moved = first - last
+    if abs(moved) < 0.02 * uniform:
+        verdict = "did not fall"
+    elif moved > 0:
+        verdict = f"fell by {moved:.2f}"
+    else:
+        verdict = f"rose by {-moved:.2f}"
+    return (f"Without a scaler the loss went from {first:.2f} to {last:.2f} ({verdict}; a uniform "
+            f"guess scores ln({vocab:,}) = {uniform:.2f}).")

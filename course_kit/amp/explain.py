@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from .. import narrate
+from .train import LAST_STEPS, final_loss
 
 MIB = 2**20
 
@@ -26,7 +27,7 @@ def explain_step_speed(times_s: Mapping[str, float], device: str, device_name: s
     text = f"On this {where}, strict fp32 ran a step in {t32 * 1e3:.1f} ms; " + "; ".join(parts) + "."
     if device != "cuda" and "tf32" in times_s:
         text += (f" On a CPU `tf32` runs exactly the code of strict fp32, so the gap between those two "
-                 f"({narrate.speed(times_s['tf32'], t32)}) is this run's timing noise.")
+                 f"(`tf32` {narrate.speed(times_s['tf32'], t32)} strict fp32) is this run's timing noise.")
     if device != "cuda" and "bf16" in times_s and times_s["bf16"] > t32 * (1 + narrate.SAME_WITHIN):
         text += (" This run does not show why 16-bit autocast is slower here; notebook 00's roofline "
                  "measured which matmul dtypes this CPU runs natively.")
@@ -165,3 +166,34 @@ def explain_memory_breakdown(rows: list[Mapping], low: str = "bf16") -> str:
             text += (f" So `{low}` did not lower the peak here: what it saved on activations, the weight copies "
                      f"and the peak's other holders took back.")
     return text
+
+
+def workload_difference(live: Mapping, recorded: Mapping) -> str:
+    """What makes this run's workload differ from the record's, for notebook.headline's `why`: model
+    size (parameters) and batch (rows x tokens), each named only where the two differ; "" when they
+    match. Both mappings hold n_params, batch and seq_len (the record's `summary` does)."""
+    for which, m in (("live", live), ("recorded", recorded)):
+        missing = [k for k in ("n_params", "batch", "seq_len") if m.get(k) is None]
+        if missing:
+            raise ValueError(f"the {which} workload needs {missing}, got {sorted(m)}")
+    size = lambda n: f"{n / 1e6:.3g}M parameters"   # noqa: E731
+    shape = lambda m: f"batches of {m['batch']} x {m['seq_len']:,} tokens"   # noqa: E731
+    rec, here = [], []
+    if live["n_params"] != recorded["n_params"]:
+        rec.append(size(recorded["n_params"]))
+        here.append(size(live["n_params"]))
+    if (live["batch"], live["seq_len"]) != (recorded["batch"], recorded["seq_len"]):
+        rec.append(shape(recorded))
+        here.append(shape(live))
+    if not rec:
+        return ""
+    return f"the record's model has {' and '.join(rec)}, this run's {' and '.join(here)}"
+
+
+def explain_final_losses(losses: Mapping[str, list[float]], last: int | None = None) -> str:
+    """Each run's final loss as notebook 02 states it everywhere: the mean of its last steps."""
+    last = LAST_STEPS if last is None else last
+    if not losses:
+        raise ValueError("no runs to state the final loss of")
+    return (f"Final loss (mean of the last {last} steps): "
+            + ", ".join(f"{m} {final_loss(v, last):.3f}" for m, v in losses.items()) + ".")

@@ -15,15 +15,15 @@ from typing import Mapping, Sequence
 import torch
 
 from .. import narrate
-from ..models.tiny_gpt import TinyGPT, batches, config, markov_tokens
+from ..models.tiny_gpt import TinyGPT
 from .fp8 import E4M3, FORMAT_OF, ScaleHistory, fp8_max, to_fp8
-from .train import RunResult, saved_bytes_by_dtype, train
+from .train import LAST_STEPS, RunResult, final_loss, saved_bytes_by_dtype, train, train_data
 
 RUNS = {"bf16": None, "fp8": "dynamic", "fp8_delayed": "delayed", "fp8_noscale": "none"}
-# How close fp8 (dynamic scaling) training must stay to bf16's: the mean of the last LAST_STEPS
-# losses within LOSS_TOLERANCE (relative). tests/test_fp8.py holds the CPU run to it.
+# How close fp8 (dynamic scaling) training must stay to bf16's: the final loss (amp.train's
+# final_loss: the mean of the last LAST_STEPS losses) within LOSS_TOLERANCE (relative).
+# tests/test_fp8.py holds the CPU run to it.
 LOSS_TOLERANCE = 0.02
-LAST_STEPS = 5
 FORMAT_NAMES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 ROLE_WORDS = {"input": "input", "weight": "weight", "grad_output": "output gradient"}
 
@@ -33,18 +33,17 @@ class Fp8Comparison:
     runs: dict[str, RunResult]
     histories: dict[str, ScaleHistory] = field(default_factory=dict)
     why: dict[str, str] = field(default_factory=dict)     # run -> the path its matmuls took, and why
+    ranges_timed: bool = False   # whether the fp8 casts computed range statistics inside the timed steps
 
     def final_loss(self, name: str, last: int = LAST_STEPS) -> float:
-        losses = self.runs[name].losses[-last:]
-        return sum(losses) / len(losses)
+        return final_loss(self.runs[name].losses, last)
 
 
 def make_data(preset: str, batch: int, steps: int, seed: int = 0,
               device: str | torch.device = "cpu") -> list[torch.Tensor]:
-    """The batches `amp.train` would draw for these settings (the same stream, the same windows)."""
-    cfg = config(preset)
-    stream = markov_tokens(cfg.vocab, max(20 * cfg.seq_len, 4096), seed=seed)
-    return batches(stream, batch, cfg.seq_len, steps, seed=seed, device=device)
+    """The batches `amp.train` would draw for these settings (`amp.train_data`: the same stream, the
+    same windows), so that an fp8 run and an `amp.train` run of the same settings see the same data."""
+    return train_data(preset, batch, steps, seed, device)
 
 
 def _probe_saved(res: RunResult, scaling: str | None, preset: str, seed: int, dev: torch.device,
@@ -85,7 +84,7 @@ def compare(runs: Sequence[str] = ("bf16", "fp8", "fp8_noscale"), *, preset: str
     if bad:
         raise ValueError(f"unknown runs {bad}; choose from {list(RUNS)}")
     data = data if data is not None else make_data(preset, batch, steps, seed, device)
-    out = Fp8Comparison({})
+    out = Fp8Comparison({}, ranges_timed=track_ranges)
     for name in runs:
         kw = dict(preset=preset, steps=steps, batch=batch, lr=lr, seed=seed, device=device, data=data)
         if RUNS[name] is None:
@@ -138,16 +137,106 @@ def explain_loss(comparison: Fp8Comparison, tolerance: float = LOSS_TOLERANCE) -
     return "; ".join(parts) + "."
 
 
-def explain_speed(times_s: Mapping[str, float], why: str) -> str:
-    """fp8's step time against bf16's; on the emulated path, said to measure the emulation."""
+def explain_speed(times_s: Mapping[str, float], why: str, *, ranges_timed: bool = False,
+                  layer_rows: Sequence[Mapping] | None = None, has_record: bool = True) -> str:
+    """fp8's step time against bf16's; on the emulated path, said to measure the emulation. Where fp8
+    on its tensor cores was not faster, what this run shows about it: `ranges_timed`, whether the
+    timed fp8 steps also computed the casts' range statistics; `layer_rows`, one linear of each of the
+    model's shapes timed alone in this run (benchmarks.fp8_train.layer_times). Without them the
+    numbers are stated and no cause is named. `has_record`: whether an fp8_train record exists for the
+    emulated path to point to."""
     if "bf16" not in times_s or "fp8" not in times_s:
         raise ValueError(f"need the bf16 and fp8 step times, got {sorted(times_s)}")
     text = (f"A training step took {times_s['fp8'] * 1e3:.1f} ms in fp8 and {times_s['bf16'] * 1e3:.1f} ms in "
             f"bf16: fp8 ran {narrate.speed(times_s['fp8'], times_s['bf16'])} bf16. The fp8 matmuls ran {why}.")
     if why.startswith("emulated"):
-        text += (" So this time measures the emulation (each cast, the amax reductions and fp32 matmuls), not "
-                 "fp8 hardware; the H200 record below has the real one.")
+        return text + (" So this time measures the emulation (each cast, the amax reductions and fp32 matmuls), "
+                       "not fp8 hardware; " + ("the H200 record below has the real one." if has_record else
+                                               "no fp8_train record exists yet to show the real one."))
+    if times_s["fp8"] <= times_s["bf16"] * (1 + narrate.SAME_WITHIN):
+        return text
+    if ranges_timed:
+        text += (" These timed fp8 steps also computed every cast's range statistics (the fractions flushed and "
+                 "saturated, which the next section reads): more passes over each tensor; `course-kit bench "
+                 "fp8_train` times fp8 without them.")
+    if layer_rows:
+        text += " " + explain_slow_layers(layer_rows)
+    else:
+        text += " This run timed no layer on its own, so it does not show where fp8's time went."
     return text
+
+
+def _span(ratios: Sequence[float]) -> str:
+    """'1.10x to 1.52x faster than' for speed ratios (>1: fp8 faster), one direction or 'between'."""
+    lo, hi = min(ratios), max(ratios)
+    if lo == hi:
+        return narrate.ratio_words(lo)
+    if lo > 1 + narrate.SAME_WITHIN:
+        return f"{lo:.2f}x to {hi:.2f}x faster than"
+    if hi < 1 - narrate.SAME_WITHIN:
+        return f"{1 / hi:.2f}x to {1 / lo:.2f}x slower than"
+    return f"between {lo:.2f}x and {hi:.2f}x the speed of"
+
+
+def explain_slow_layers(rows: Sequence[Mapping]) -> str:
+    """Where an fp8 step's time went, from one linear of each shape timed alone (layer_times rows):
+    the fp8 matmul against bf16's, the whole fp8 linear against bf16's, and a cause only where the
+    numbers show one (the casts outweighing faster matmuls, or matmuls that were not faster)."""
+    if not rows:
+        raise ValueError("no layer timings to explain")
+    same = narrate.SAME_WITHIN
+    mm = {r["name"]: r["matmul_bf16_s"] / r["matmul_fp8_s"] for r in rows}
+    lin = {r["name"]: r["linear_bf16_s"] / r["linear_fp8_s"] for r in rows}
+    text = (f"Timed alone in this run at {rows[0]['tokens']:,} tokens, one linear of each of the model's "
+            f"{len(rows)} shapes: the fp8 matmul ran {_span(list(mm.values()))} bf16's; the whole fp8 linear "
+            f"(forward and backward, its casts included) {_span(list(lin.values()))} bf16's.")
+    not_faster = [n for n, v in mm.items() if v <= 1 + same]
+    cast_bound = [r for r in rows if mm[r["name"]] > 1 + same and lin[r["name"]] < 1 - same
+                  and r["cast_overhead_s"] > 3 * r["matmul_fp8_s"]]
+    if cast_bound:
+        worst = max(cast_bound, key=lambda r: r["cast_overhead_s"] / (3 * r["matmul_fp8_s"]))
+        widths = sorted({r["in"] for r in rows} | {r["out"] for r in rows})
+        text += (f" In {len(cast_bound)} of {len(rows)} shapes the fp8 matmuls were faster, but the work around "
+                 f"them (amax reductions, scaling, casts, transposed copies) took longer than the three matmuls "
+                 f"themselves: for `{worst['name']}`, {worst['cast_overhead_s'] * 1e6:,.0f} µs against "
+                 f"{3 * worst['matmul_fp8_s'] * 1e6:,.0f} µs. At these sizes (widths {widths[0]:,} to "
+                 f"{widths[-1]:,}) the matrices are too small for fp8's faster matmuls to repay its scaling.")
+    if not_faster:
+        text += (f" For {', '.join(f'`{n}`' for n in not_faster)} the fp8 matmul alone was not faster than "
+                 f"bf16's: at that shape the fp8 tensor cores gained nothing even before the casts.")
+    if min(lin.values()) >= 1 - same:
+        text += (" Alone, no fp8 linear was slower than bf16's, so the step's extra time lies outside the "
+                 "linears; this run does not show where.")
+    return text
+
+
+MISSING_RECORD = ("No `fp8_train` record exists yet (for this GPU or the reference H200), so this section has "
+                  "nothing to show: `course-kit bench fp8_train`, run on a GPU, writes it.")
+
+
+def explain_bf16_peer(section4: Mapping, here: Mapping, same_batches: bool, device: str) -> str:
+    """This comparison's bf16 run against notebook 02's section 4 bf16 run: the settings that differ,
+    or, where nothing does, how close their final losses (`amp.final_loss`) came. Each mapping holds
+    preset, steps, batch, lr and final_loss."""
+    for m in (section4, here):
+        missing = [k for k in ("preset", "steps", "batch", "lr", "final_loss") if k not in m]
+        if missing:
+            raise ValueError(f"a run description needs {missing}, got {sorted(m)}")
+    labels = {"preset": "the model preset", "steps": "steps", "batch": "batch", "lr": "learning rate"}
+    diffs = [f"{label} {here[k]!s} here, {section4[k]!s} there" for k, label in labels.items() if here[k] != section4[k]]
+    if not same_batches:
+        diffs.append("other batches")
+    a, b = here["final_loss"], section4["final_loss"]
+    loss = (f"final loss (mean of the last {LAST_STEPS} steps) {a:.3f} here against {b:.3f} in section 4")
+    if diffs:
+        return f"This bf16 run is not section 4's: {'; '.join(diffs)}. So their losses differ: {loss}."
+    text = f"This bf16 run repeats section 4's bf16 run (same model, steps, batch, learning rate and batches): {loss}"
+    if a == b:
+        return text + ", identical."
+    if device == "cuda":
+        return text + (". With nothing else different, that gap is run-to-run variation: on a GPU the backward "
+                       "pass adds partial sums in a varying order (section 3).")
+    return text + "."
 
 
 def _bytes(saved: Mapping[str, int], prefix: str = "") -> int:

@@ -12,12 +12,38 @@ from typing import Callable
 
 import torch
 
-from ..models.tiny_gpt import TinyGPT, batches, markov_tokens
+from ..models.tiny_gpt import GPTConfig, TinyGPT, batches, config, markov_tokens
 from . import grads as G
 from .precision import get, tf32_flags
 from .scaler import DynamicLossScaler
 
 SCALERS = ("torch", "course")
+# A run's final loss is the mean of its last LAST_STEPS losses (one step's loss is noisy): notebook 02
+# states every run's final loss this way, and fp8 training is held to bf16's on it.
+LAST_STEPS = 5
+
+
+def final_loss(losses: list[float], last: int = LAST_STEPS) -> float:
+    """The mean of the last `last` losses (all of them when there are fewer)."""
+    if not losses:
+        raise ValueError("a run with no losses has no final loss")
+    if last < 1:
+        raise ValueError(f"last must be >= 1, got {last}")
+    tail = losses[-last:]
+    return sum(tail) / len(tail)
+
+
+def _stream_batches(cfg: GPTConfig, batch: int, steps: int, seed: int, device: torch.device | str) -> list[torch.Tensor]:
+    stream = markov_tokens(cfg.vocab, max(20 * cfg.seq_len, 4096), seed=seed)
+    return batches(stream, batch, cfg.seq_len, steps, seed=seed, device=device)
+
+
+def train_data(preset: str, batch: int, steps: int, seed: int = 0,
+               device: str | torch.device = "cpu") -> list[torch.Tensor]:
+    """The batches `train` draws for a fresh `preset` model when it is given none: one token stream
+    of max(20 x seq_len, 4096) tokens, `steps` windows of `batch` rows. Notebook 02 trains every mode
+    (and fp8, `fp8_train.make_data`) on these, so its runs of the same settings see the same data."""
+    return _stream_batches(config(preset), batch, steps, seed, device)
 
 
 @dataclass
@@ -41,6 +67,10 @@ class RunResult:
     def median_step_s(self, warmup: int = 3) -> float:
         t = sorted(self.times_s[warmup:] or self.times_s)
         return t[len(t) // 2]
+
+    def final_loss(self, last: int = LAST_STEPS) -> float:
+        """The mean of the last `last` losses: the one final-loss statistic of notebook 02."""
+        return final_loss(self.losses, last)
 
     def skipped_fraction(self, warmup: int = 0) -> float:
         s = self.skipped[warmup:]
@@ -114,8 +144,7 @@ def train(precision: str, *, preset: str = "smoke", steps: int = 30, batch: int 
     model = model if model is not None else TinyGPT.from_preset(preset, seed=seed, device=dev)
     cfg = model.cfg
     if data is None:
-        stream = markov_tokens(cfg.vocab, max(20 * cfg.seq_len, 4096), seed=seed)
-        data = batches(stream, batch, cfg.seq_len, steps, seed=seed, device=dev)
+        data = _stream_batches(cfg, batch, steps, seed, dev)
     if len(data) < steps:
         raise ValueError(f"need {steps} batches, got {len(data)}")
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)

@@ -7,6 +7,9 @@
   run's bf16 rate is named as this run's when it is >15% off the record of the same GPU (issue 40).
 - `explain_e4m3_overflow`: what this torch does beyond e4m3fn's 448, and which PyTorch change decides it.
 - `explain_capacity`: a GPU's memory as torch reports it, in GiB, beside its datasheet's "GB".
+- `explain_dtype_rates`: notebook 00's matmul rates by dtype, bf16 against strict fp32 here and on the
+  reference.
+- `format_value`: a format's limit as text, powers of two exactly (e4m3's eps is 0.125, not 0.12).
 """
 from __future__ import annotations
 
@@ -18,33 +21,50 @@ from . import woq
 from .formats import get_format
 
 
+def format_value(v: float) -> str:
+    """A format's limit as the text states it, exactly where it can be short: a power of two from 2^-12
+    to 2^12 as its full decimal (e4m3's eps 0.125, not '0.12'), another power of two as 2^k, an
+    integer below 10^7 in full (e5m2's max 57344), anything else to 3 significant digits."""
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"a format's limit is a finite positive number, got {v!r}")
+    mantissa, exponent = math.frexp(v)
+    if mantissa == 0.5:                       # v = 2**(exponent - 1)
+        k = exponent - 1
+        return repr(float(v)).removesuffix(".0") if -12 <= k <= 12 else f"2^{k}"
+    if v == int(v) and v < 1e7:
+        return f"{int(v)}"
+    return f"{v:.3g}"
+
+
 def explain_range_precision(a: str, b: str) -> str:
     """'bf16 reaches 3.39e+38 against fp16's 65504 ...; bf16 pays for that range with precision:
-    eps 0.0078 against 0.00098, 8x coarser'. Works for any two float formats, in either order."""
+    eps 0.0078125 against 0.0009765625, 8x coarser'. Works for any two float formats, in either order;
+    the limits are printed by `format_value` (powers of two exactly)."""
     fa, fb = get_format(a), get_format(b)
     for f in (fa, fb):
         if f.kind != "float":
             raise ValueError(f"{f.name} is not a floating-point format; range and precision need floats")
     wide, narrow = (fa, fb) if fa.max >= fb.max else (fb, fa)
+    v = format_value
     if wide.max == narrow.max:
-        range_part = f"{fa.name} and {fb.name} reach the same max, {wide.max:.3g}"
+        range_part = f"{fa.name} and {fb.name} reach the same max, {v(wide.max)}"
     else:
-        range_part = (f"{wide.name} ({wide.exponent_bits} exponent bits) reaches **{wide.max:.3g}** against "
-                      f"{narrow.name}'s **{narrow.max:.6g}** ({narrow.exponent_bits} exponent bits)")
+        range_part = (f"{wide.name} ({wide.exponent_bits} exponent bits) reaches **{v(wide.max)}** against "
+                      f"{narrow.name}'s **{v(narrow.max)}** ({narrow.exponent_bits} exponent bits)")
     if wide.eps > narrow.eps:
-        prec = (f"{wide.name} pays for that range with precision: eps **{wide.eps:.2g}** against "
-                f"{narrow.name}'s **{narrow.eps:.2g}** ({wide.eps / narrow.eps:.0f}x coarser, "
+        prec = (f"{wide.name} pays for that range with precision: eps **{v(wide.eps)}** against "
+                f"{narrow.name}'s **{v(narrow.eps)}** ({wide.eps / narrow.eps:.0f}x coarser, "
                 f"{wide.mantissa_bits} mantissa bits against {narrow.mantissa_bits})")
     elif wide.eps < narrow.eps:
-        prec = (f"and it is also the more precise: eps **{wide.eps:.2g}** against {narrow.name}'s "
-                f"**{narrow.eps:.2g}**")
+        prec = (f"and it is also the more precise: eps **{v(wide.eps)}** against {narrow.name}'s "
+                f"**{v(narrow.eps)}**")
     else:
-        prec = f"with the same precision, eps {wide.eps:.2g}"
+        prec = f"with the same precision, eps {v(wide.eps)}"
     return f"{range_part}; {prec}."
 
 
 def explain_throughput(summary: Mapping, results: list[Mapping], gpu: str, n: int | None = None,
-                       recorded: list[Mapping] | None = None) -> str:
+                       recorded: list[Mapping] | None = None, live: bool = False) -> str:
     """Each format's matmul rate against bf16's as measured, next to the ratio of their datasheet peaks
     and the fraction of its own peak each reached. Says where a format fell short of its datasheet
     ratio; names no cause beyond the fractions of peak, which the record holds.
@@ -53,7 +73,8 @@ def explain_throughput(summary: Mapping, results: list[Mapping], gpu: str, n: in
     is a live run; bf16's rate is then stated as narrate.live_vs_record does (named as this run's when
     more than 15% off the record, the notebook.headline text), and a format whose ratio to bf16 the
     record words differently (faster against slower, or more than 15% apart) gets the record's ratio
-    beside it."""
+    beside it. `live`: `results` come from a run in this notebook, not from a record (the text then
+    says what this run, not the record, leaves unexplained)."""
     by = {r.get("variant", r["name"]): r for r in results if r.get("tflops")}
     rec = {r.get("variant", r["name"]): r for r in recorded or [] if r.get("tflops")}
     if "bf16" not in by:
@@ -82,14 +103,20 @@ def explain_throughput(summary: Mapping, results: list[Mapping], gpu: str, n: in
                 if spec > 1.0 and measured < 0.8 * spec:
                     text += (f": it fell short of the datasheet's ratio because it ran further from its peak "
                              f"than bf16 did ({r['fraction_of_peak']:.0%} against {b['fraction_of_peak']:.0%}); "
-                             f"the record does not show why")
+                             f"{_source(live)} does not show why")
         lines.append(text + ".")
     return "\n".join(lines)
 
 
-def explain_weight_only(rows: list[Mapping], where: str) -> str:
+def _source(live: bool) -> str:
+    """Who measured the numbers a sentence talks about: a run of this notebook, or a record."""
+    return "this run" if live else "the record"
+
+
+def explain_weight_only(rows: list[Mapping], where: str, live: bool = False) -> str:
     """Weight-only int8/int4 against bf16 weights (issue 20): time, weight bytes moved per second,
-    the error against the dequantised weights (the kernel's own) and the quantisation error."""
+    the error against the dequantised weights (the kernel's own) and the quantisation error.
+    `live`: the rows come from a run in this notebook, not from a record."""
     by = {r["kind"]: r for r in rows}
     b = by.get("bf16")
     if not b or not b.get("median_s"):
@@ -116,7 +143,7 @@ def explain_weight_only(rows: list[Mapping], where: str) -> str:
             traffic = f"{stored} and read once ({r['weight_gbs']:,.0f} GB/s of weights)"
             if r["median_s"] > b["median_s"] * (1 + narrate.SAME_WITHIN):
                 traffic += (f": fewer bytes did not make it faster here, as it read them at "
-                            f"{r['weight_gbs'] / b['weight_gbs']:.0%} of bf16's rate; the record does not show why")
+                            f"{r['weight_gbs'] / b['weight_gbs']:.0%} of bf16's rate; {_source(live)} does not show why")
         lines.append(f"- {k} weights{gs} (`{r['kernel']}`): {r['median_s'] * 1e6:,.1f} µs, "
                      f"**{narrate.speed(r['median_s'], b['median_s'])}** bf16 weights; {traffic}. "
                      f"Result within {r['rel_error_vs_dequantised']:.1e} of the fp32 matmul of its dequantised "
@@ -161,3 +188,25 @@ def explain_capacity(gpus: list[str]) -> str:
             text += f", {rel} the \"{sheet:g} GB\" of its datasheet"
         parts.append(text)
     return "; ".join(parts) + "."
+
+
+def explain_dtype_rates(rates: Mapping[str, float], n: int, ref_rates: Mapping[str, float] | None = None,
+                        ref_gpu: str = "", ref_n: int | None = None) -> str:
+    """Notebook 00's matmul rates by dtype: the fastest here, and how far apart bf16 and strict fp32
+    are on this machine (where both were measured) and on the reference (where it has both)."""
+    if not rates:
+        raise ValueError("no matmul rates measured")
+    best = max(rates, key=rates.get)
+    text = f"Fastest dtype here: **{best}** at **{rates[best]:.3g} TFLOP/s** (n = {n})"
+    ref_has_both = bool(ref_rates) and "bf16" in ref_rates and "fp32" in ref_rates
+    if "bf16" in rates and "fp32" in rates:
+        text += f"; bf16 runs **{narrate.rate(rates['bf16'], rates['fp32'])}** strict fp32 here."
+    else:
+        text += (f". Only {', '.join(sorted(rates))} was measured here"
+                 + (", so how far apart bf16 and strict fp32 are is shown for the reference alone." if ref_has_both
+                    else "."))
+    if ref_has_both:
+        text += (f" The reference {ref_gpu}{f' at n = {ref_n}' if ref_n else ''}: bf16 **{ref_rates['bf16']:.0f} "
+                 f"TFLOP/s**, strict fp32 **{ref_rates['fp32']:.0f} TFLOP/s**: bf16 runs "
+                 f"{narrate.rate(ref_rates['bf16'], ref_rates['fp32'])} strict fp32 there.")
+    return text

@@ -11,6 +11,8 @@ from __future__ import annotations
 from ..narrate import SAME_WITHIN, rate, speed
 
 FORMAT_WORDS = {"int8": "int8 (one scale per row)", "int4": "int4 (a scale and a zero per group)"}
+# Greedy agreement below this share of positions is explained as what it measures (explain_error).
+LOW_AGREEMENT = 0.5
 
 
 def dtype_label(name: str | None) -> str:
@@ -142,10 +144,11 @@ def _measured(name: str, m: dict) -> str:
     return f"{name} was faster than bf16 at M = {ms(faster)} and not at M = {ms(slower)}"
 
 
-def explain_error(quality: dict, reference: str = "bf16") -> str:
+def explain_error(quality: dict, reference: str = "bf16", random_weights: bool = True) -> str:
     """What each format costs in quality, per model: greedy agreement with the unquantised step
     (`reference` names its dtype) and max |Δlogit|, beside the floor that rounding alone sets (the bf16
-    Triton step against eager), when the record has it."""
+    Triton step against eager), when the record has it. Where a format agrees at fewer than
+    LOW_AGREEMENT of the positions on `random_weights`, what that agreement measures (`_low_agreement`)."""
     if not quality:
         return "No quality comparison in this record."
     paras = []
@@ -160,8 +163,27 @@ def explain_error(quality: dict, reference: str = "bf16") -> str:
                      f"agree at {floor['agreement']:.1%} (max |Δlogit| {floor['max_abs_dlogit']:.3g}).")
         if "int8" in q and "int4" in q:
             text += " " + _which_costs_more(q["int8"], q["int4"])
+        low = [fmt for fmt in ("int8", "int4") if fmt in q and q[fmt]["agreement"] < LOW_AGREEMENT]
+        if low and random_weights:
+            text += " " + _low_agreement({fmt: q[fmt] for fmt in low}, floor)
         paras.append(text)
     return "\n\n".join(paras)
+
+
+def _low_agreement(low: dict, floor: dict | None) -> str:
+    """Why a low greedy agreement on random weights says little about the kernel: their top logits sit
+    close together (rounding alone flips some picks, where the floor was measured), so a format's
+    quantisation noise flips more; the kernel itself is checked against its dequantised twin."""
+    names = " and ".join(f"{fmt}'s {q['agreement']:.1%}" for fmt, q in low.items())
+    noise = max(q["max_abs_dlogit"] for q in low.values())
+    text = f"Agreement as low as {names} needs reading with care: the model's weights are random"
+    if floor and floor["agreement"] < 1:
+        text += (f", and its top logits sit so close together that rounding alone (the bf16 Triton step against "
+                 f"eager) changed {1 - floor['agreement']:.1%} of the picks with |Δlogit| at most "
+                 f"{floor['max_abs_dlogit']:.3g}")
+    return (text + f". There greedy agreement measures quantisation noise (|Δlogit| up to {noise:.3g}) against "
+            f"near-tied logits, not the kernel, which is checked against the fp32 matmul of its own "
+            f"dequantised weights.")
 
 
 def _which_costs_more(q8: dict, q4: dict) -> str:

@@ -49,8 +49,9 @@ REPEAT = P["repeat"]          # timed repeats (the median is reported)
 import plotly.graph_objects as go
 import torch
 
-from course_kit import bench, benchmarks, narrate, notebook, plots, reference, widgets
+from course_kit import bench, benchmarks, notebook, plots, reference, widgets
 from course_kit.roofline import ceilings as roofline
+from course_kit.dtypes.explain import explain_dtype_rates
 from course_kit.notebook import md, show_source
 from course_kit.widgets.roofline import RooflineExplorer
 
@@ -127,8 +128,9 @@ md(roofline.explain_copy(own["summary"]["copy_gbs"], ref["summary"]["copy_gbs"] 
 #
 # An `n x n x n` matmul does `2 n^3` FLOPs. At large `n` it is compute-bound, so its rate approaches
 # the math units' peak. On a GPU we measure strict fp32 (TF32 off), TF32, bf16 and fp16: tensor
-# cores run the smaller formats, and how far apart the dtypes are on this machine and on the
-# reference is printed below the figure. (On a CPU without matrix units only fp32 is measured.)
+# cores run the smaller formats, and how far apart bf16 and strict fp32 are on this machine and on
+# the reference is printed below the figure. (On a CPU without matrix units only fp32 is measured,
+# and only the reference's gap is printed.)
 
 # %%
 show_source(roofline.matmul_rate)
@@ -149,15 +151,9 @@ fig.update_layout(barmode="group", yaxis_type="log", yaxis_title="TFLOP/s", heig
 fig
 
 # %%
-rates = own["summary"]["matmul_tflops"]
-best = max(rates, key=rates.get)
-text = f"Fastest dtype here: **{best}** at **{rates[best]:.3g} TFLOP/s** (n = {MATMUL_N})."
-if ref:
-    r = ref["summary"]["matmul_tflops"]
-    text += (f" The reference {ref['environment']['gpu']} at n = {ref['params']['matmul_n']}: bf16 "
-             f"**{r.get('bf16', float('nan')):.0f} TFLOP/s**, strict fp32 **{r.get('fp32', float('nan')):.0f} TFLOP/s**: "
-             f"bf16 runs {narrate.rate(r['bf16'], r['fp32'])} strict fp32 there.")
-md(text)
+r = ref["summary"]["matmul_tflops"] if ref else None
+md(explain_dtype_rates(own["summary"]["matmul_tflops"], MATMUL_N, r, ref["environment"]["gpu"] if ref else "",
+                       ref["params"]["matmul_n"] if ref else None))
 
 # %% [markdown]
 # ## 5. The roofline

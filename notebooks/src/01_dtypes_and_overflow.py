@@ -393,7 +393,7 @@ if rec is not None:
     bf16_live = next((r["tflops"] for r in rec["results"] if r.get("variant", r["name"]) == "bf16" and r.get("tflops")), None)
     bf16_rec = next((r["tflops"] for r in ref["results"] if r.get("variant", r["name"]) == "bf16" and r.get("tflops")), None) if same_gpu else None
     md(explain_throughput(rec["summary"], rec["results"], rec["environment"].get("gpu"), rec["params"].get("n"),
-                          recorded=ref["results"] if same_gpu else None),
+                          recorded=ref["results"] if same_gpu else None, live=own is not None),
        headlines=[notebook.headline("bf16 matmul", bf16_live, bf16_rec, "TFLOP/s", 0)] if own and bf16_live else None)
 
 # %% [markdown]
@@ -414,14 +414,14 @@ show_source(bench_dtypes.weight_only)
 
 # %%
 wo_live = bench_dtypes.weight_only(P["device"], 256 if P["smoke"] else 1024, 16, repeat=5)
-md(explain_weight_only(wo_live, f"On this {device.gpu_name() if P['device'] == 'cuda' else 'CPU'}"))
+md(explain_weight_only(wo_live, f"On this {device.gpu_name() if P['device'] == 'cuda' else 'CPU'}", live=True))
 if ref is not None and ref.get("weight_only"):
     md(explain_weight_only(ref["weight_only"], f"On the {ref['environment'].get('gpu')}"))
 elif ref is not None:
     print("The reference record predates the weight-only rows: run `course-kit bench dtypes` on a GPU to add them.")
 
 # %% [markdown]
-# ### Weight-only decode that pays: read the codes, never a copy
+# ### Weight-only decode: what the bytes predict and what it measures
 #
 # At batch 1 a decode step is a chain of matrix-vector products (notebook 05): every weight is read
 # once per token and used for one multiply-add, so a product takes as long as its bytes take to cross

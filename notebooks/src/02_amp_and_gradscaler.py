@@ -126,8 +126,8 @@ show_source(amp.train)
 show_source(amp.activation_grads)
 
 # %%
-data = tiny_gpt.batches(tiny_gpt.markov_tokens(cfg.vocab, 50 * cfg.seq_len, seed=0), BATCH, cfg.seq_len, STEPS,
-                        seed=0, device=DEVICE)
+# the batches amp.train draws by default: sections 4 and 7 train on these same batches
+data = amp.train_data(PRESET, BATCH, STEPS, seed=0, device=DEVICE)
 probe_model = tiny_gpt.TinyGPT.from_preset(PRESET, seed=0, device=DEVICE)
 acts32 = amp.activation_grads(probe_model, data[0], "fp32")
 acts16 = amp.activation_grads(probe_model, data[0], "fp16_noscale")
@@ -240,16 +240,19 @@ amp_plots.time_and_memory(runs)
 t = {m: r.median_step_s() for m, r in runs.items()}
 zero = {m: sum(r.zero_grads) / len(r.zero_grads) for m, r in runs.items()}
 same_gpu = reference.load("amp", reference.gpu_slug()) if DEVICE == "cuda" else None   # this GPU's own record
+same_gpu_summary = (same_gpu or {}).get("summary", {})
+# what the notebook knows makes this run's workload differ from the record's (model size, batch)
+amp_why = (amp_explain.workload_difference({"n_params": cfg.n_params(), "batch": BATCH, "seq_len": cfg.seq_len},
+                                           same_gpu_summary) if same_gpu_summary.get("n_params") else "")
 heads = [notebook.headline("bf16 step over strict fp32", t["fp32"] / t["bf16"],
-                           (same_gpu or {}).get("summary", {}).get("bf16_speedup_vs_fp32"), "x", 2)] if DEVICE == "cuda" else []
+                           same_gpu_summary.get("bf16_speedup_vs_fp32"), "x", 2, why=amp_why)] if DEVICE == "cuda" else []
 md(amp_explain.explain_step_speed(t, DEVICE, device.gpu_name() or "CPU") + "\n\n"
    + (f"A bf16 step over a strict fp32 step, this run: **{heads[0].text}**.\n\n" if heads else "")
    + amp_explain.explain_saved_bytes({m: r.saved_by_dtype for m, r in runs.items()}) + "\n\n"
    + f"The weights' gradients (fp32) that were exactly zero, averaged over the steps: fp16 without a scaler "
      f"**{zero['fp16_noscale']:.3%}**, with the scaler {zero['fp16_scaler']:.3%}, fp32 {zero['fp32']:.3%}. "
-   + "Final losses: " + ", ".join(f"{m} {r.losses[-1]:.3f}" for m, r in runs.items()) + ".\n\n"
-   + amp.explain_logit_grads(BATCH * cfg.seq_len, cfg.vocab, logit_zero_fp16,
-                             runs["fp16_noscale"].losses, where="this run")
+   + amp_explain.explain_final_losses({m: r.losses for m, r in runs.items()}) + "\n\n"
+   + amp.explain_noscale_losses(runs["fp16_noscale"].losses, cfg.vocab)
    + "".join(f"\n- {', '.join(f'`{m}`' for m in runs if amp.note(m, DEVICE) == n)}: {n}"
              for n in dict.fromkeys(amp.note(m, DEVICE) for m in runs) if n), headlines=heads)
 
@@ -359,12 +362,14 @@ fig
 
 # %%
 from course_kit.amp import fp8, fp8_train
+from course_kit.benchmarks import fp8_train as fp8_bench
 from course_kit.plots import fp8 as fp8_plots
 
 # On a CPU fp8 is emulated, and this CPU's bf16 may be slow too: the comparison runs on the smoke model.
 FP8_PRESET = PRESET if DEVICE == "cuda" else "smoke"
 FP8_STEPS = {"smoke": 20, "cpu": 30}.get(P["size"], STEPS)
-fp8_data = fp8_train.make_data(FP8_PRESET, BATCH, FP8_STEPS, 0, DEVICE)
+# section 4's batches where the settings match (amp.train_data makes both); else this preset's own
+fp8_data = data if (FP8_PRESET, FP8_STEPS) == (PRESET, STEPS) else fp8_train.make_data(FP8_PRESET, BATCH, FP8_STEPS, 0, DEVICE)
 h200_sheet = device.peaks("H200")
 md(f"The H200's datasheet: fp8 tensor cores {h200_sheet.fp8:,.0f} TFLOP/s, bf16 {h200_sheet.bf16:,.0f} "
    f"({h200_sheet.fp8 / h200_sheet.bf16:.1f}x; dense, no sparsity).")
@@ -388,7 +393,8 @@ md(f"On this machine the fp8 matmuls run {fp8_why}.")
 #
 # `fp8.to_fp8` swaps each block's four linears (qkv, proj, fc, out) for the fp8 layer; everything
 # else runs under bf16 autocast, through section 1's training loop unchanged (on a CPU, on the
-# smallest TinyGPT). Three runs from the same weights on the same batches: **bf16** autocast, **fp8** with per-tensor dynamic scaling, and
+# smallest TinyGPT). The text below says whether its bf16 run repeats section 4's. Three runs from
+# the same weights on the same batches: **bf16** autocast, **fp8** with per-tensor dynamic scaling, and
 # **fp8_noscale**, the same casts with every scale fixed at 1 (what fp8 does to the tensors
 # without scaling).
 
@@ -400,7 +406,17 @@ fp8_plots.loss_curves(fp8_cmp.runs)
 
 # %%
 fp8_times = {m: r.median_step_s() for m, r in fp8_cmp.runs.items()}
-md(fp8_train.explain_loss(fp8_cmp) + "\n\n" + fp8_train.explain_speed(fp8_times, fp8_cmp.why["fp8"]) + "\n\n"
+# fp8 on tensor cores slower than bf16: time one linear of each shape alone to see where the time goes
+fp8_layer_rows = (fp8_bench.layer_times(fp8_cfg, BATCH, DEVICE)
+                  if fp8_cmp.why["fp8"].startswith("torch._scaled_mm") and fp8_times["fp8"] > fp8_times["bf16"] else None)
+md(fp8_train.explain_loss(fp8_cmp) + " "
+   + fp8_train.explain_bf16_peer({"preset": PRESET, "steps": STEPS, "batch": BATCH, "lr": LR,
+                                  "final_loss": runs["bf16"].final_loss()},
+                                 {"preset": FP8_PRESET, "steps": FP8_STEPS, "batch": BATCH, "lr": LR,
+                                  "final_loss": fp8_cmp.final_loss("bf16")}, fp8_data is data, DEVICE) + "\n\n"
+   + fp8_train.explain_speed(fp8_times, fp8_cmp.why["fp8"], ranges_timed=fp8_cmp.ranges_timed,
+                              layer_rows=fp8_layer_rows,
+                              has_record=notebook.record("fp8_train", quiet=True) is not None) + "\n\n"
    + fp8_train.explain_memory({m: r.saved_by_dtype for m, r in fp8_cmp.runs.items()}))
 
 # %% [markdown]
@@ -430,10 +446,12 @@ md(fp8_train.explain_scales(fp8_scales) + "\n\n" + fp8_train.explain_out_of_rang
 # casts.
 
 # %%
-fp8_ref = notebook.record("fp8_train")
+fp8_ref = notebook.record("fp8_train", quiet=True)
 if fp8_ref is None:
+    md(fp8_train.MISSING_RECORD)    # one line, on every device: what is missing and the command that writes it
     fig = None
 else:
+    fp8_ref = notebook.record("fp8_train")   # again, with the banner that says whose record it is
     fp8_gpu = fp8_ref["environment"].get("gpu") or "reference GPU"
     md(fp8_train.explain_record(fp8_ref["summary"], fp8_gpu))
     fig = fp8_plots.loss_curves(fp8_ref["results"], title=f"Training loss on {fp8_gpu}: fp8 against bf16")
