@@ -264,6 +264,10 @@ def record(topic: str, slug: str | None = None, *, live: bool = False, quiet: bo
             say(f"<b>Recorded on another GPU, not this one.</b> No record for this GPU ({own_slug}) exists yet, "
                 f"so what follows is the reference run on {_stamp(rec, reference.REFERENCE_GPU)}. Run "
                 f"<code>course-kit bench {topic}</code> to record yours.", "warning")
+        else:   # neither: say so, or a section built on the record would show nothing and no reason
+            say(f"No record of <code>{topic}</code> exists yet, for this GPU ({own_slug}) or the reference "
+                f"{reference.REFERENCE_GPU}: run <code>course-kit bench {topic}</code> on this GPU to create one.",
+                "warning")
         return rec
     rec = reference.load(topic, reference.REFERENCE_GPU)
     if rec is None:

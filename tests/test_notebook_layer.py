@@ -69,6 +69,11 @@ def test_record_on_a_gpu_prefers_its_own_then_labels_the_reference(tmp_path, mon
     from course_kit import benchmarks
     monkeypatch.setattr(benchmarks, "run_topic", lambda topic, params: {"summary": {"from": "live"}})
     assert notebook.record("amp", live=True)["summary"]["from"] == "live"
+    # no record anywhere: None, with a warning that says so (02's fp8 section on the H200 printed nothing)
+    shown.clear()
+    assert notebook.record("fp8_train") is None
+    assert shown[0][0] == "warning" and "No record of <code>fp8_train</code>" in shown[0][1]
+    assert "course-kit bench fp8_train" in shown[0][1]
 
 
 def test_record_runs_no_live_bench_under_emulation(tmp_path, monkeypatch):

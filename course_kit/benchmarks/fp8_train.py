@@ -67,7 +67,7 @@ def _run_row(name: str, res, cfg, batch: int) -> dict:
             "tokens_per_s": batch * cfg.seq_len / res.median_step_s(3), "losses": res.losses, "times_s": res.times_s,
             "peak_mem_gib": None if res.peak_mem_bytes is None else (res.peak_mem_bytes - (res.base_mem_bytes or 0)) / 2**30,
             "saved_by_dtype": res.saved_by_dtype, "saved_gib": (res.saved_bytes or 0) / 2**30,
-            "final_loss": sum(res.losses[-fp8_train.LAST_STEPS:]) / len(res.losses[-fp8_train.LAST_STEPS:])}
+            "final_loss": fp8_train.final_loss(res.losses)}   # the statistic 02 states (amp.final_loss)
 
 
 def layer_times(cfg, batch: int, device: str, repeat: int = 20) -> list[dict]:
