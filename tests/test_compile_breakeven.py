@@ -167,6 +167,13 @@ def test_decode_says_default_runs_more_kernels_than_eager_when_it_does():
            f"{e['gpu_kernels_per_call']:.0f} GPU kernels" in t
     if d["gpu_kernels_per_call"] > e["gpu_kernels_per_call"]:
         assert "`default` ran more GPU kernels per step than eager" in t and "fewer kernels" not in t
+    # helper of the 2026-12-02 review: the graph's 105 kernels are Inductor's, not eager's 83, so its step
+    # cannot bound eager's kernel time; eager's own profiled kernel time (242.9 µs of 1.90 ms) does
+    assert "which ran for 242.9 µs in all (profiled): **87%** of eager's step is spent outside its kernels" in t
+    assert "(Inductor's, 22 more than eager's), and its whole step took 316.9 µs" in t
+    assert "therefore need at most" not in t
+    no_time = B.explain_decode(dict(DECODE, eager=dict(e, gpu_us_per_call_total=None)), "GPU")
+    assert "does not show how much of the step is outside them" in no_time and "%**" not in no_time
     fewer = dict(DECODE, default=dict(d, gpu_kernels_per_call=50.0, steady_s=e["steady_s"] * 1.2))
     assert "fused the step into fewer kernels (50 against" in B.explain_decode(fewer, "GPU")
 

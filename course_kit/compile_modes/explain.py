@@ -110,7 +110,8 @@ def explain_train(rows: dict[str, dict], mode: str, target: float = 1.2) -> dict
             else:
                 text += "Most of the gap is in the kernels; the slower ones are listed. "
         if m.get("launch_calls_per_call") is not None and p.get("launch_calls_per_call") is not None:
-            text += (f"Launches per step: {m['launch_calls_per_call']:.0f} against {p['launch_calls_per_call']:.0f}. ")
+            text += (f"Launches per step: `{mode}` {m['launch_calls_per_call']:.0f}, "
+                     f"`{peer_name}` {p['launch_calls_per_call']:.0f}. ")
         text += describe_deltas(deltas, mode, peer_name)
     gemm = {k for k in _kernels(m) if _is_gemm(k)}
     not_faster = m["steady_s"] >= p["steady_s"] * (1 - narrate.SAME_WITHIN)
