@@ -28,12 +28,16 @@ from ..device import has_cuda
 from ..profiling import files
 
 LESSONS = ("03", "05", "07", "10")
-# per size: chain rows x cols (03), model preset (05, 07, 10), engine batch, new tokens, profiled steps
+# per size: chain rows x cols (03), model preset (05, 07, 10), engine batch, new tokens, profiled steps,
+# and the decode runner's cache length (05): on a GPU the 512 positions of notebook 05's runner and of
+# the cuda_graphs record, so that the traced step attends over the same cache as the step they time
 SIZES = {
-    "smoke": {"chain": (64, 128), "preset": "tiny", "batch": 2, "new_tokens": 4, "steps": 3},
-    "cpu": {"chain": (512, 1024), "preset": "tiny", "batch": 4, "new_tokens": 8, "steps": 4},
-    "small_gpu": {"chain": (4096, 4096), "preset": "smollm-135m", "batch": 32, "new_tokens": 32, "steps": 5},
-    "full": {"chain": (8192, 8192), "preset": "smollm-135m", "batch": 32, "new_tokens": 32, "steps": 5},
+    "smoke": {"chain": (64, 128), "preset": "tiny", "batch": 2, "new_tokens": 4, "steps": 3, "max_seq": 64},
+    "cpu": {"chain": (512, 1024), "preset": "tiny", "batch": 4, "new_tokens": 8, "steps": 4, "max_seq": 64},
+    "small_gpu": {"chain": (4096, 4096), "preset": "smollm-135m", "batch": 32, "new_tokens": 32, "steps": 5,
+                  "max_seq": 512},
+    "full": {"chain": (8192, 8192), "preset": "smollm-135m", "batch": 32, "new_tokens": 32, "steps": 5,
+             "max_seq": 512},
 }
 
 
@@ -67,7 +71,7 @@ def _decode(spec: dict, dtype: torch.dtype, dev: str) -> list[tuple[str, str, pr
     variants += [("exercise", False, 4)] if spec.get("exercise") else []
     out = []
     for variant, graphs, b in variants:
-        r = cg.DecodeGraphRunner(model, max_batch=b, max_seq=64, use_graphs=graphs, verbose=False)
+        r = cg.DecodeGraphRunner(model, max_batch=b, max_seq=spec["max_seq"], use_graphs=graphs, verbose=False)
         r.generate([[1] * 8] * b, 2)
         tok = torch.ones(b, dtype=torch.long, device=dev)
         pos = torch.full((b,), 9, device=dev)

@@ -7,6 +7,8 @@
     buckets         which batch sizes to capture for a trace, and what padding costs (the
                     buckets widget)
     explain         where a decode step's time goes, worded from a `bench cuda_graphs` record
+    trace_step      the kept trace's decode step beside the cuda_graphs record's: why their kernel
+                    counts and step times differ, computed from the two records
     decode_kernels  the batch-1 step rewritten as Triton kernels (section "Fewer, wider
                     kernels"); tensor parallelism (notebook 09) runs them on its shards
     quantised       that step on int8 or int4 weights (`QuantisedDecodeStep`, DecodeGraphRunner's

@@ -247,3 +247,75 @@ def explain_reduce_overhead_live(live_ro_ms: float, live_graph_ms: float,
                      "with different set-ups (the benchmark's KV cache and decode position are not this "
                      "cell's), and neither run records which difference accounts for it.")
     return text
+
+
+def graph_leads(rows: list[dict], preset: str | None = None) -> dict[int, float]:
+    """Graph over eager (eager ms per step / graph ms per step) at each batch both were timed at."""
+    leads = {}
+    for b in sorted({r["batch"] for r in rows if r.get("variant") == "eager" and r.get("batch")}):
+        eager, graph = _row(rows, preset, "eager", b), _row(rows, preset, "graph", b)
+        if eager and graph and eager.get("ms_per_step") and graph.get("ms_per_step"):
+            leads[b] = eager["ms_per_step"] / graph["ms_per_step"]
+    return leads
+
+
+LAUNCH_RATIO_CLOSE = 0.15   # a lead within 15% of the launch ratio is "about the same as" it
+
+
+def explain_graph_lead(rows: list[dict], launch_ratio: float | None = None, where: str = "This run",
+                       preset: str | None = None) -> str:
+    """Notebook 05, section 3: how the graph's lead over the eager step moves from the smallest to the
+    largest batch (grows, shrinks or holds, from the two ratios), and how the batch-1 lead compares
+    with the launch ratio of section 1 (a bare kernel's eager launch over its replayed one)."""
+    leads = graph_leads(rows, preset)
+    if not leads:
+        return f"{where}: no graph step was timed beside the eager one (replaying a graph needs a CUDA GPU)."
+    lo, hi = min(leads), max(leads)
+    text = f"{where}: the graph step ran {narrate.ratio_words(leads[lo])} the eager step at batch {lo}"
+    if hi != lo:
+        trend = narrate.direction(leads[hi] / leads[lo] - 1.0, "grows", "shrinks", "holds about level",
+                                  tolerance=narrate.SAME_WITHIN)
+        text += (f" and {narrate.ratio_words(leads[hi])} it at batch {hi}: from batch {lo} to batch {hi} the "
+                 f"graph's lead {trend} ({leads[lo]:.2f}x → {leads[hi]:.2f}x)")
+    if launch_ratio:
+        words = narrate.ratio_words(leads[lo] / launch_ratio, LAUNCH_RATIO_CLOSE, better="larger",
+                                    worse="smaller", same="about the same as")
+        text += (f". At batch {lo} that lead, {leads[lo]:.2f}x, is {words} the launch ratio of section 1 "
+                 f"({launch_ratio:.2f}x)")
+    return text + "."
+
+
+# What each recorded profile is a profile of: (preset, the row variant of its step); None: the
+# fastest llama-1b form (`hbm_variant`).
+PROFILED_STEPS = {"profile_eager_b1": ("decode", "eager"), "profile_fused_graph_b1": ("decode", "fused_graph"),
+                  "profile_triton_graph_b1": ("decode", "triton_graph"),
+                  "profile_reduce_overhead_b1": ("decode", "reduce_overhead"), "profile_big_b1": ("llama-1b", None)}
+
+
+def describe_profile(key: str, summary: dict, rows: list[dict]) -> str:
+    """One recorded profile's heading: which step it profiled (model, form, batch 1), its kernels and
+    kernel time per step beside the timed step, and, where the kernel time exceeds the step, why:
+    under PDL each kernel's profiled time includes its wait for the one before, so the times overlap."""
+    if key not in PROFILED_STEPS:
+        raise ValueError(f"key={key!r}; choose one of {sorted(PROFILED_STEPS)}")
+    prof = summary.get(key) or {}
+    preset, variant = PROFILED_STEPS[key]
+    preset = (summary.get("decode_bytes") or {}).get("preset") if preset == "decode" else preset
+    variant = variant or summary.get("hbm_variant")
+    row = _row(rows, preset, variant) if variant else None
+    text = (f"`{key}` ({preset}, `{variant}`, batch 1): **{prof.get('kernels_per_step', float('nan')):.0f}** "
+            f"kernels per step, **{prof.get('gpu_us_per_step', float('nan')):.0f} µs** of kernel time per step")
+    if not (row and row.get("ms_per_step") and prof.get("gpu_us_per_step")):
+        return text + "."
+    step_us, busy_us = row["ms_per_step"] * 1e3, prof["gpu_us_per_step"]
+    if busy_us <= step_us:
+        return text + f" in a {step_us:.0f} µs step ({busy_us / step_us:.0%} busy)."
+    text += f", {narrate.more_or_less(busy_us, step_us, 'µs')} the {step_us:.0f} µs step itself"
+    if variant in SERIAL_FORM:
+        text += (": this form launches with programmatic dependent launch, so a kernel starts before the one "
+                 "before it ends and its profiled time includes that wait; the kernels' times overlap, and "
+                 f"their sum is no step time (`{SERIAL_FORM[variant]}`, the same kernels without PDL, says where "
+                 "the time goes).")
+    else:
+        text += ": the profile and the timing are separate passes, and this record does not say why they differ."
+    return text

@@ -16,6 +16,7 @@ import json
 import os
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -41,6 +42,20 @@ def quiet_stderr() -> Iterator[None]:
     finally:
         os.dup2(saved, 2)
         os.close(saved)
+
+
+# torch.profiler (2.11 on a GPU, in the recorded notebooks) warns as it starts that it "clears events
+# at the end of each cycle". A capture here is one cycle whose events are all read at once, so the
+# warning says nothing about it; in a notebook it is left on stderr as a pink block (03, 05, 07).
+PROFILER_CYCLE_WARNING = r"(Warning: )?Profiler clears events at the end of each cycle"
+
+
+@contextlib.contextmanager
+def quiet_profiler_warnings() -> Iterator[None]:
+    """Silence torch.profiler's "clears events at the end of each cycle" UserWarning, and only it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=PROFILER_CYCLE_WARNING, category=UserWarning)
+        yield
 
 
 def _sync() -> None:
@@ -106,7 +121,7 @@ def profile_run(run: Callable[[], Any], unprofiled_s: float | None = None) -> Pr
     from torch.profiler import ProfilerActivity, profile, record_function
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if has_cuda() else [])
     _sync()
-    with quiet_stderr(), profile(activities=acts, experimental_config=_config()) as prof:
+    with quiet_profiler_warnings(), quiet_stderr(), profile(activities=acts, experimental_config=_config()) as prof:
         t0 = time.perf_counter()
         with record_function(tr.WINDOW):
             run()
@@ -114,7 +129,7 @@ def profile_run(run: Callable[[], Any], unprofiled_s: float | None = None) -> Pr
         profiled = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "trace.json")
-        with quiet_stderr():
+        with quiet_profiler_warnings(), quiet_stderr():
             prof.export_chrome_trace(path)
         with open(path) as f:
             data = json.load(f)

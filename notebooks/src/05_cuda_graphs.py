@@ -49,8 +49,9 @@ from course_kit.cuda_graphs import buckets, pitfalls, runner as cg
 from course_kit.engine import trace
 from course_kit.attention import availability
 from course_kit.benchmarks.cuda_graphs import agreement
-from course_kit.cuda_graphs.explain import (explain_hbm, explain_kernels, explain_reduce_overhead,
-                                            explain_reduce_overhead_live, forms_table)
+from course_kit.cuda_graphs.explain import (describe_profile, explain_graph_lead, explain_hbm, explain_kernels,
+                                            explain_reduce_overhead, explain_reduce_overhead_live, forms_table)
+from course_kit.cuda_graphs.trace_step import explain_trace_step, left_out_by_record
 from course_kit.models import llama, sampling
 from course_kit.notebook import md, show_source
 from course_kit.plots import cuda_graphs as cplots, profiling as pplots
@@ -173,9 +174,9 @@ cplots.padding_figure(cg.padding_plan(list(range(1, MAX_BATCH + 1)), runner.size
 # ### Tokens per second by batch size
 #
 # Each point is the median time of one decode step (including copying the batch into the static
-# buffers), as tokens per second. At small batch the eager step is bound by launches, so the graph
-# wins by roughly the launch ratio; at larger batch more of the time goes into real work, and the
-# gap narrows.
+# buffers), as tokens per second. Below the chart: how the graph's lead over the eager step moves
+# from the smallest batch to the largest, and how its batch-1 lead compares with the launch ratio of
+# section 1, each computed from the points (this run's, and the record's).
 
 # %%
 rows = []
@@ -212,6 +213,9 @@ if REF:
              f"**{narrate.ratio_words(s['runner_vs_hf_generate'])}** HF `generate` "
              f"({s['hf_generate_tokens_per_s_b1']:,.0f} tokens/s) on the same weights.")
 md(text, headlines=heads)
+md(explain_graph_lead(rows, own_launch["ratio"], "This run") + (
+    "\n\n" + explain_graph_lead(REF["results"], REF["summary"]["launch_ratio"], "Recorded on the reference H200",
+                                 REF["summary"]["decode_bytes"]["preset"]) if REF else ""))
 
 # %% [markdown]
 # ## 4. Fewer kernels: fusing before capturing
@@ -245,9 +249,15 @@ if RUN_COMPILE:
         gpu=f"the reference {ref['environment'].get('gpu', 'GPU')}" if ref else "the reference GPU"))
 if ref:
     s = ref["summary"]
+    eager_count = s['profile_eager_b1'].get('kernels_per_step')
+    eager_trace = next((r for r in (notebook.record("traces", quiet=True) or {}).get("results", [])
+                        if r.get("name") == "05-eager"), None)
+    left_out = left_out_by_record(eager_trace, eager_count, tfiles.load("05-eager")) if eager_trace else None
     md(f"Recorded on the reference H200, batch 1: kernels per step, from the profiler: eager step "
-       f"**{s['profile_eager_b1'].get('kernels_per_step', float('nan')):.0f}**, fused graph "
-       f"**{s['profile_fused_graph_b1'].get('kernels_per_step', float('nan')):.0f}**.")
+       f"**{eager_count if eager_count is not None else float('nan'):.0f}**, fused graph "
+       f"**{s['profile_fused_graph_b1'].get('kernels_per_step', float('nan')):.0f}**"
+       + (f" (counted by a profile that skips kernels whose names hold a `#`: the H200's kept trace of the same "
+          f"eager step has {left_out:.0f} kernels and copies more; section 5 shows it)." if left_out else "."))
     # Computed from the record's own rows and profiles (older records included), as the bench does.
     md("**The recorded comparison, explained from the record:** " + explain_reduce_overhead(s, ref["results"]))
 
@@ -276,9 +286,8 @@ if ref:
         for key in ("profile_fused_graph_b1", "profile_reduce_overhead_b1", "profile_big_b1"):
             prof = s.get(key) or {}
             if prof.get("top"):
-                md(f"`{key}`: **{prof['kernels_per_step']:.0f}** kernels per step, "
-                   f"**{prof['gpu_us_per_step']:.0f} µs** of GPU time per step. Costliest:\n\n"
-                   + "\n".join(f"- `{k['kernel']}`: {k['calls_per_step']:.0f} calls, {k['us_per_step']:.0f} µs"
+                md(describe_profile(key, s, ref["results"]) + " Costliest:\n\n"
+                   + "\n".join(f"- `{k['kernel']}`: {pexplain.counted(k['calls_per_step'], 'call')}, {k['us_per_step']:.0f} µs"
                                 for k in prof["top"]))
 else:
     fig = None
@@ -406,6 +415,11 @@ md("\n\n".join([pexplain.describe(r, f"This machine, {r['what']}") for r in own_
                  + [pexplain.describe(r, f"The H200 record, {r['what']}") for r in ref_prof]
                  + ([pexplain.compare(*ref_prof[:2], names=("eager", "the graph"))] if len(ref_prof) >= 2 else [])
                  + [pexplain.how_to_open(p) for p in saved]))
+# The record's trace beside the cuda_graphs record, whose kernel count and step time differ from it
+ref_by = {r["variant"]: r for r in ref_prof}
+if "eager" in ref_by and ref:
+    md(explain_trace_step(ref_by["eager"], ref_by.get("graph"), ref["summary"], ref["results"],
+                          ref_kept.get(ref_by["eager"]["name"])))
 
 # %%
 pplots.top_kernels(ref_prof[0] if ref_prof else own_prof[0],
