@@ -237,3 +237,22 @@ def test_kernels_in_one_top_list_only_are_new_or_gone_not_slower_from_zero():
     # a kernel in both lists that got slower is still called slower, with both times
     slower = kernel_deltas(_train_row("m", 1.0, {"k_3": 300.0}), _train_row("p", 1.0, {"k_9": 200.0}))
     assert slower == [{"kernel": "k", "us": 300.0, "peer_us": 200.0, "delta_us": 100.0, "status": "both"}]
+
+
+def test_kernels_named_after_lambdas_are_kernels_not_ranges():
+    """The 2026-11-30 cuda_graphs record counted 732 kernels for 05's eager step; its trace holds
+    1,488: every kernel whose name carried '#' (PyTorch's '{lambda(int)#1}' kernels) was taken for a
+    user range and dropped."""
+    from types import SimpleNamespace as E
+    from course_kit.compile_modes.kernels import is_annotation
+    kernels = ["void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::"
+               "launch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar)::{lambda()#1}::"
+               "operator()() const::{lambda()#8}::operator()() const::{lambda(float)#1}>(int, T2, T3)",
+               "void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel<"
+               "at::native::index_kernel_impl<at::native::OpaqueType<2> >(at::TensorIteratorBase&)::"
+               "{lambda(char*, char const*, long)#1}>(at::TensorIteratorBase&)::{lambda(int)#1}>(long, T3)",
+               "triton_poi_fused_add_0", "nvjet_hsh_64x8_64x16_4x1_v_bz_splitK_TNT"]
+    ranges = ["Optimizer.step#AdamW.step", "## Call CompiledFxGraph fy3ab7c ##"]
+    assert [is_annotation(E(key=k)) for k in kernels] == [False] * len(kernels)
+    assert [is_annotation(E(key=k)) for k in ranges] == [True, True]
+    assert is_annotation(E(key="anything", is_user_annotation=True))
