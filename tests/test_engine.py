@@ -435,6 +435,19 @@ def test_policy_gain_splits_the_ratio_into_fewer_steps_and_step_cost():
     assert g["throughput_ratio"] == pytest.approx(2.0 / 1.25)
 
 
+def test_step_cost_sentence_reads_the_two_loops_ratios():
+    """06's H200 copy said the async loop hides the host's part of a fuller step while its table
+    showed the same step cost, 1.02x, in both loops: the sentence now follows the two ratios."""
+    from course_kit.engine.metrics import explain_step_cost
+    same = explain_step_cost({"sync": {"step_cost_ratio": 1.02}, "async": {"step_cost_ratio": 1.02}})
+    assert "about the same in both loops (1.02x sync, 1.02x async)" in same and "so less of it showed" not in same
+    hid = explain_step_cost({"sync": {"step_cost_ratio": 1.30}, "async": {"step_cost_ratio": 1.05}})
+    assert "async loop's step cost is lower (1.05x against 1.30x in sync)" in hid
+    worse = explain_step_cost({"sync": {"step_cost_ratio": 1.0}, "async": {"step_cost_ratio": 1.3}})
+    assert "is higher (1.30x against 1.00x in sync)" in worse
+    assert explain_step_cost({"sync": {"step_cost_ratio": 1.0}}).endswith("with the decodes.")
+
+
 def test_bandwidth_limit_sums_each_steps_bytes_and_takes_the_slower_of_bytes_and_flops():
     from course_kit.engine.metrics import StepRecord, bandwidth_limit
     decode = StepRecord(0, 1, [(0, "a", "decode"), (1, "b", "decode")], 2, 0, 4, 0, kv_tokens=300)

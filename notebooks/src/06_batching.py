@@ -376,9 +376,9 @@ else:
        f"{sm['peer_subset_requests']} requests the engine (its sync or async mode, whichever had the higher throughput; notebook 07) "
        f"reached **{x(sm['engine_vs_hf_generate'])}x** the throughput of HF `generate` and "
        f"**{x(sm['engine_vs_hf_generate_batch'])}x** that of HF `generate_batch`.")
-    rows = []
+    rows, gains = [], {}
     for loop, (st, co) in pairs.items():
-        gain = metrics.policy_gain(st, co)
+        gain = gains[loop] = metrics.policy_gain(st, co)
         rows.append(f"| {loop} | {st['throughput_tok_s']:,.0f} | {co['throughput_tok_s']:,.0f} | "
                     f"{gain['fewer_steps']:.2f}x | {gain['step_cost_ratio']:.2f}x | **{gain['throughput_ratio']:.2f}x** |")
     md("Continuous over static, in two parts: how many **fewer model steps** it needs for the same "
@@ -386,12 +386,7 @@ else:
        "step costs** against a static step. Per loop mode of the engine (notebook 07):\n\n"
        "| loop | static tok/s | continuous tok/s | fewer steps | step cost | throughput |\n"
        "|---|---|---|---|---|---|\n" + "\n".join(rows))
-    md("The fewer steps are the scheduling gain. The step cost is what a fuller batch really does: "
-       "more live requests per step for the host to schedule, lay out and update (a static batch's "
-       "finished members ride along as padding rows that the host barely touches), and new requests' "
-       "prefill chunks riding along with the decodes. In the sync loop the host's part "
-       "adds to every step; in the async loop it runs while the GPU computes the previous step, so "
-       "only the GPU's part is left.")
+    md(metrics.explain_step_cost(gains))
     display(bplots.throughput_bars(record))
 
 # %%
