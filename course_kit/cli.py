@@ -124,8 +124,9 @@ def _record(args: argparse.Namespace) -> int:
 
     folder = _writable_folder(Path(args.out) if args.out else reference.root() / reference.gpu_slug() / "notebooks")
     notebooks = sorted(nbbuild.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
-    if args.only:
-        notebooks = [nb for nb in notebooks if any(nb.stem.startswith(s) for s in args.only)]
+    if args.only:   # in the order asked (a short session records the copies it most needs first)
+        notebooks = [nb for s in args.only for nb in notebooks if nb.stem.startswith(s)]
+        notebooks = list(dict.fromkeys(notebooks))
         if not notebooks:
             raise UsageError(f"no notebook matches {args.only}")
     if args.finish_only:

@@ -7,6 +7,7 @@
 # own time limit and log; a step that fails or runs out of time is logged and the plan goes on.
 #   PLAN=check   a short first call: the new GPU code's tests, and the records that shape later work
 #   PLAN=short   under 20 device minutes: the records no earlier session made, then the new GPU tests
+#   PLAN=notebooks every H200 notebook alone (about 1,300 s), then a few GPU tests
 #   PLAN=rerecord the async blog case and capstone with the profiler, every notebook alone, the GPU tests
 #   PLAN=final   the records, the notebooks, the GPU tests (default)
 set -uo pipefail
@@ -48,6 +49,16 @@ if [ "$PLAN" = short ]; then   # a session with under 20 device minutes: the rec
   step bench-amp 120 $BENCH amp --out "$REF/h200"
   step gpu-tests 240 $GPU_TESTS ${FINAL_TESTS:-tests/test_woq_gemv.py tests/test_woq_decode.py tests/test_speculative.py \
     tests/test_profiling.py tests/test_lesson_traces.py}
+  date +%s > "$ROOT/done"
+  exit 0
+fi
+
+if [ "$PLAN" = notebooks ]; then   # every H200 notebook alone, nothing else first: on 2026-12-02 they took
+  # 00 17 s, 01 104, 02 73, 03 39, 04 >156 (stopped), 05 109, 06 228, 07 227 s, 08 >200: about 1,300 s with 08
+  # and 10, so a 30-minute session holds them and little more; the order puts the oldest copies first
+  step record 1500 python3 -m course_kit record ${NOTEBOOKS:-04 08 10 07 06 05 01 02 03 00} --timeout 300 \
+    --out "$REF/h200/notebooks"
+  step gpu-tests 300 $GPU_TESTS ${FINAL_TESTS:-tests/test_aoti.py tests/test_cuda_graphs.py tests/test_compile_modes.py}
   date +%s > "$ROOT/done"
   exit 0
 fi

@@ -129,3 +129,18 @@ def test_record_reports_a_headline_stated_as_the_gpus_own(smi, one_notebook, mon
     assert "headline problem: cell 0: bf16 = 2 x is 33% off the record" in out.out and "differ from the record" in out.err
     meta = json.loads((one_notebook / "42_tiny.ipynb").read_text())["metadata"]["course_kit"]["recording"]
     assert meta["alone"] is True and len(meta["headline_problems"]) == 1
+
+
+def test_record_runs_the_notebooks_in_the_order_asked(smi, one_notebook, monkeypatch):
+    # a short GPU session records the copies it most needs first: "04 08 10 07 …", not sorted
+    import papermill
+    import shutil
+    folder = nbbuild.NOTEBOOKS
+    for name in ("04_a", "08_b", "10_c"):
+        shutil.copy(folder / "42_tiny.ipynb", folder / f"{name}.ipynb")
+    smi("", "0, NVIDIA H200, 0, 100\n")
+    order = []
+    monkeypatch.setattr(papermill, "execute_notebook",
+                        lambda src, target, **kw: (order.append(Path(src).stem), shutil.copy(src, target)))
+    assert cli.main(["record", "10", "04", "08", "10", "--out", str(one_notebook), "--wait", "0"]) == 0
+    assert order == ["10_c", "04_a", "08_b"]
