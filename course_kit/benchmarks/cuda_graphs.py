@@ -26,7 +26,7 @@ import torch
 from .. import bench
 from ..cuda_graphs import pitfalls, runner as cg
 from .. import device as device_info
-from ..compile_modes.kernels import is_annotation
+from ..compile_modes.kernels import KERNELS_COMPLETE, is_annotation
 from ..cuda_graphs.explain import explain_hbm, explain_kernels, explain_reduce_overhead, is_gemm
 from ..models import llama
 from .batching import hf_generate_greedy
@@ -100,7 +100,7 @@ def _kernel_profile(fn, steps: int) -> dict:
     kernels = [r for r in rows if r[2] > 0]
     kernels.sort(key=lambda r: -r[2])
     gemm = [r for r in kernels if is_gemm(r[0])]
-    return {"kernels_per_step": sum(r[1] for r in kernels) / steps,
+    return {"kernels_complete": KERNELS_COMPLETE, "kernels_per_step": sum(r[1] for r in kernels) / steps,
             "gpu_us_per_step": sum(r[2] for r in kernels) / steps,
             # matrix multiplies (cuBLAS names) vs the rest, over all kernels: see decode_explain
             "gemm_kernels_per_step": sum(r[1] for r in gemm) / steps,

@@ -268,9 +268,15 @@ def explain_decode(rows: Mapping[str, Mapping], gpu: str) -> str:
         text += (f" Eager makes {e['launch_calls_per_call']:.0f} launch calls from the host per step, for "
                  f"{e.get('gpu_kernels_per_call', float('nan')):.0f} GPU kernels")
         kernel_s = (e.get("gpu_us_per_call_total") or 0) * 1e-6
-        if 0 < kernel_s < e["steady_s"]:
+        if 0 < kernel_s < e["steady_s"] and e.get("kernels_complete"):
             text += (f", which ran for {_us(kernel_s)} in all (profiled): **{1 - kernel_s / e['steady_s']:.0%}** of "
                      f"eager's step is spent outside its kernels, on the host's side of the launches.")
+        elif 0 < kernel_s < e["steady_s"]:
+            # a record made before kernels named after lambdas were counted: its kernel time is a lower
+            # bound, so the share outside the kernels is an upper one
+            text += (f", which ran for at least {_us(kernel_s)} in all (profiled; this record's profile left out "
+                     f"the kernels named after lambdas): at most **{1 - kernel_s / e['steady_s']:.0%}** of eager's "
+                     f"step is spent outside its kernels, on the host's side of the launches.")
         else:
             text += "; the record has no kernel time for eager, so it does not show how much of the step is outside them."
     if ro and ro.get("steady_s") and ro.get("gpu_kernels_per_call") is not None:
