@@ -178,8 +178,8 @@ def environment() -> dict:
 def progress(iterable: Iterable, desc: str | None = None, total: int | None = None, **kwargs: Any):
     """A progress bar that renders as a widget in notebooks and as text in a terminal."""
     from tqdm.auto import tqdm
-    if os.environ.get("COURSE_KIT_STATIC_FIGURES"):   # an executed copy would keep a frozen "0%" bar
-        kwargs.setdefault("disable", True)
+    if os.environ.get("COURSE_KIT_STATIC_FIGURES"):   # an executed copy would keep a frozen "0%" bar,
+        kwargs["disable"] = True                       # even where the caller asked for one
     return tqdm(iterable, desc=desc, total=total, **kwargs)
 
 

@@ -156,7 +156,7 @@ opts = dict(max_num_seqs=MAX_NUM_SEQS, block_size=BLOCK_SIZE, max_num_batched_to
 
 Engine(model, **opts).generate(prompts[:2], params[:2])        # warm-up: first calls are slow
 runs, outputs = {}, {}
-for policy in sched_mod.POLICIES:
+for policy in bench.progress(sched_mod.POLICIES, desc="policies"):   # minutes on a GPU at full size
     eng = Engine(model, policy=policy, **opts)
     outs = eng.generate(prompts, params)
     runs[policy], outputs[policy] = eng, outs

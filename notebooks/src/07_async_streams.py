@@ -465,7 +465,7 @@ md("\n\n".join(lines))
 show_source(async_bench.headline)
 
 # %%
-own = benchmarks.run_topic("async", {"size": P["size"], "batches": SWEEP_BATCHES, "progress": False, "blog": False,
+own = benchmarks.run_topic("async", {"size": P["size"], "batches": SWEEP_BATCHES, "blog": False,   # minutes on a GPU: a bar
                                 "models": [ENGINE_MODEL], "new_tokens": NEW_TOKENS})
 md("This machine's sweep: " + sweep.sweep_words(own["results"]))
 splots.idle_and_throughput(own["results"], x="batch", group="model",
