@@ -91,6 +91,14 @@ def test_the_trace_step_explainer_names_the_skipped_kernels_and_the_host():
     text = T.explain_trace_step(row, TRACE_GRAPH, dict(CG_SUMMARY, profile_eager_b1={"kernels_per_step": 4.0}),
                                 RECORD, kept)
     assert "Of the trace's 4, 2 have no `#`" in text and "it left out 2 of the step's kernels" in text
+    assert "(fixed since; a new record counts them)" in text
+    # a record made with complete counts is never explained by the old '#' filter
+    lower = T.explain_trace_step(row, TRACE_GRAPH, dict(CG_SUMMARY, profile_eager_b1={
+        "kernels_per_step": 4.0, "kernels_complete": "yes"}), RECORD, kept)
+    assert "have no `#`" not in lower and "neither record shows where" in lower
+    agree = T.explain_trace_step(row, TRACE_GRAPH, dict(CG_SUMMARY, profile_eager_b1={
+        "kernels_per_step": 6.0, "kernels_complete": "yes"}), RECORD, kept)
+    assert "The two counts agree" in agree
     real = T.explain_trace_step(TRACE_EAGER, TRACE_GRAPH, CG_SUMMARY, RECORD, None)
     assert "1488 kernels and 34 copies, 1522 in all" in real and "counted 732" in real
     assert "differ by 790" in real and "left out" not in real          # no kept trace: no cause claimed

@@ -5,7 +5,8 @@ import pytest
 
 from course_kit import reference
 from course_kit.profiling import files
-from course_kit.streams import step_gaps, sweep
+from course_kit.profiling import step_gaps
+from course_kit.streams import sweep
 
 
 def test_split_step_gaps_by_hand():

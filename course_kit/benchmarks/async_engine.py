@@ -30,6 +30,7 @@ from .. import bench, profiling
 from .. import device as _device
 from ..engine import SamplingParams
 from ..streams.async_loop import AsyncEngine
+from ..streams.sweep import idle_share_key
 from ..models import llama
 from ..device import default_device, has_cuda
 
@@ -95,10 +96,9 @@ def run_case(model: llama.Transformer, name: str, batch: int, prompts: list[list
     return rows, timelines, tokens["sync"] == tokens["async"]
 
 
-def idle_key(rows: list[dict]) -> str:
-    """The profiler's GPU idle where every row has it, else the host's step-gap picture (CPU runs)."""
-    return "gpu_idle_fraction" if rows and all(r.get("gpu_idle_fraction") is not None for r in rows) \
-        else "host_step_gap_fraction"
+# The profiler's GPU idle where every row has it, else the host's step-gap picture (CPU runs): one
+# rule for the bench, notebook 07's sentences and its figure (streams.sweep owns it).
+idle_key = idle_share_key
 
 
 def headline(rows: list[dict]) -> dict | None:

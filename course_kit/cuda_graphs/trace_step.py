@@ -5,11 +5,12 @@ Both benches profile and time `DecodeGraphRunner.step` on the same model at batc
 into the static buffers, decode, pick the next token). Their figures still differ, for reasons each
 computed from the two records:
 
-- **kernels**: the trace counts every kernel and copy of a step. The `cuda_graphs` bench's profile
-  (`benchmarks.cuda_graphs.kernel_profile`) skips every event whose name holds a `#`, meant for the
-  profiler's own ranges ("## Call CompiledFxGraph ##"); but the C++ names of PyTorch's lambda kernels
-  hold one too (`elementwise_kernel<...>::{lambda(int)#1}`), so its count leaves them out.
-  `hash_free_per_step` counts, in the kept trace, what that filter keeps;
+- **kernels**: the trace counts every kernel and copy of a step. The `cuda_graphs` records made
+  before `compile_modes.kernels.KERNELS_COMPLETE` skipped every event whose name holds a `#` (meant for
+  the profiler's own ranges, "## Call CompiledFxGraph ##"); the C++ names of PyTorch's lambda kernels
+  hold one too (`elementwise_kernel<...>::{lambda(int)#1}`), so their counts left those out.
+  `hash_free_per_step` counts, in the kept trace, what that filter kept. A record that says
+  `kernels_complete` counts them all, and the two counts then agree;
 - **time**: the trace's step is a span *under the profiler*, which slows the host that launches every
   kernel of an eager step; the unprofiled pass of the same bench gives the step's own time. Set beside
   the record's, the graph step (one launch) and the eager step (one launch per kernel) show whether
@@ -22,6 +23,7 @@ from typing import Mapping
 
 from .. import narrate
 from ..profiling import trace as tr
+from ..profiling.explain import unprofiled_step_us
 
 # The cuda_graphs bench's profile makes each call's inputs inside the profiled window (`_one`:
 # torch.ones and torch.full, one fill kernel each), so its count holds two kernels the step has not.
@@ -57,12 +59,12 @@ def left_out_by_record(trace_eager: Mapping, record_count: float | None, kept_ea
 
 
 def _per_step_wall_ms(row: Mapping) -> float | None:
-    if row.get("unprofiled_wall_s") and row.get("steps"):
-        return row["unprofiled_wall_s"] * 1e3 / row["steps"]
-    return None
+    us = unprofiled_step_us(row)
+    return us / 1e3 if us else None
 
 
-def _kernels(trace_eager: Mapping, record_count: float | None, kept: Mapping | None) -> str:
+def _kernels(trace_eager: Mapping, record_count: float | None, kept: Mapping | None,
+             record_complete: bool = False) -> str:
     kernels = trace_eager["kernels_per_step"]
     copies = trace_eager.get("copies", 0) / max(trace_eager.get("steps") or 1, 1)
     whole = kernels + copies
@@ -73,15 +75,16 @@ def _kernels(trace_eager: Mapping, record_count: float | None, kept: Mapping | N
     text += f" The cuda_graphs record's profile of the same step counted {record_count:.0f} kernels and copies."
     if abs(whole + RECORD_INPUT_KERNELS - record_count) <= COUNTS_AGREE_WITHIN * record_count:
         return text + " The two counts agree (the record's includes the two fills that make its inputs)."
-    left_out = left_out_by_record(trace_eager, record_count, kept)
+    left_out = None if record_complete else left_out_by_record(trace_eager, record_count, kept)
     if left_out is not None:
         hash_free = whole - left_out
         return text + (f" Of the trace's {whole:.0f}, {hash_free:.0f} have no `#` in their name; with the "
                        f"{RECORD_INPUT_KERNELS} fill kernels that make the record's inputs inside its profile, "
-                       f"{hash_free + RECORD_INPUT_KERNELS:.0f}: the record's count. Its profile skips every name "
-                       "holding a `#` (meant for the profiler's own ranges), and the names of PyTorch's lambda "
-                       f"kernels hold one (`...{{lambda(int)#1}}`): it left out {left_out:.0f} of the step's "
-                       "kernels and their time. The trace's count is the step's.")
+                       f"{hash_free + RECORD_INPUT_KERNELS:.0f}: the record's count. The profile that made the record "
+                       "skipped every name holding a `#` (meant for the profiler's own ranges), and the names of "
+                       f"PyTorch's lambda kernels hold one (`...{{lambda(int)#1}}`): it left out {left_out:.0f} of "
+                       "the step's kernels and their time (fixed since; a new record counts them). The trace's "
+                       "count is the step's.")
     return text + (f" The two differ by {abs(whole - record_count):.0f}, and neither record shows where the "
                    "difference lies.")
 
@@ -127,9 +130,10 @@ def explain_trace_step(trace_eager: Mapping, trace_graph: Mapping | None, record
     preset = ((record_summary or {}).get("decode_bytes") or {}).get("preset")
     rows = [r for r in record_rows or [] if r.get("batch") == 1 and (preset is None or r.get("preset") == preset)]
     ms = {r.get("variant"): r.get("ms_per_step") for r in rows}
-    count = ((record_summary or {}).get("profile_eager_b1") or {}).get("kernels_per_step")
+    profile = (record_summary or {}).get("profile_eager_b1") or {}
+    count, complete = profile.get("kernels_per_step"), bool(profile.get("kernels_complete"))
     head = (f"**What the trace's step is.** The trace ({trace_eager.get('what', 'the eager decode step')}) and the "
             "cuda_graphs record profile and time the same call, `DecodeGraphRunner.step` at batch 1: copy the "
             "tokens into the static buffers, decode one token, pick the next one.")
-    return "\n\n".join([head, _kernels(trace_eager, count, kept_eager_trace),
+    return "\n\n".join([head, _kernels(trace_eager, count, kept_eager_trace, complete),
                         _times(trace_eager, trace_graph, ms.get("eager"), ms.get("graph"))])

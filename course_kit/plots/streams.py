@@ -7,6 +7,7 @@ from typing import Iterable, Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..streams.sweep import idle_share_key
 from ..streams.timeline import Timeline
 
 # A stable colour per kind of work, keyed by the span's name without its index ("step 3" -> "step").
@@ -99,8 +100,7 @@ def idle_and_throughput(rows: Sequence[Mapping], x: str = "batch", group: str | 
     `host_step_gap_fraction`; the panel's title names which), and optionally `group`.
     """
     if idle_key is None:
-        idle_key = ("gpu_idle_fraction" if rows and all(r.get("gpu_idle_fraction") is not None for r in rows)
-                    else "host_step_gap_fraction")
+        idle_key = idle_share_key(rows)
     fig = make_subplots(rows=1, cols=2, subplot_titles=(IDLE_TITLES.get(idle_key, idle_key), "throughput"),
                         horizontal_spacing=0.14)
     dash = {"sync": "dot", "async": "solid"}

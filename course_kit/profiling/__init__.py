@@ -8,6 +8,8 @@
 - `files`: the compressed traces kept next to the records, for Perfetto;
 - `explain`: what a profiled run shows, in words that follow its numbers;
 - `step_table`: one decode step as a table of kernels (notebook 05's exercise 05.read_trace);
+- `step_gaps`: the idle inside steps split into each step's largest gap and the small gaps between
+  kernels, with the host call the GPU waited on (notebook 07);
 - `breakdown`: a profiled window of engine steps cut into shares: kernel kinds, launch gaps, host gaps;
 - `memory`: what holds a training step's peak GPU memory, from a `torch.cuda.memory` snapshot;
 - `quiet`: whether the GPU is alone for a recording (nvidia-smi), and one recording at a time;

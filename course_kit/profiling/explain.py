@@ -75,7 +75,7 @@ def describe(s: Mapping, where: str) -> str:
     return text
 
 
-def _unprofiled_step_us(s: Mapping) -> float | None:
+def unprofiled_step_us(s: Mapping) -> float | None:
     """Wall time per step of the unprofiled pass of the same work (µs), when the summary has it."""
     if s.get("unprofiled_wall_s") and s.get("steps"):
         return s["unprofiled_wall_s"] * 1e6 / s["steps"]
@@ -105,7 +105,7 @@ def compare(a: Mapping, b: Mapping, names: tuple[str, str]) -> str:
     if a.get("step_us_median") and b.get("step_us_median"):
         said = (f"under the profiler its step spanned {_us(b['step_us_median'])} against {_us(a['step_us_median'])}: "
                 f"{narrate.speed(b['step_us_median'], a['step_us_median'])} {na}")
-        ua, ub = _unprofiled_step_us(a), _unprofiled_step_us(b)
+        ua, ub = unprofiled_step_us(a), unprofiled_step_us(b)
         if ua and ub:
             said += (f"; unprofiled, a step took {_us(ub)} against {_us(ua)} on average: "
                      f"{narrate.speed(ub, ua)} {na} (the profiler slows the host, so a host-bound step "

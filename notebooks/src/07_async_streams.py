@@ -58,7 +58,8 @@ from course_kit.models import llama
 from course_kit.notebook import md, show_source
 from course_kit.plots import profiling as pplots, streams as splots
 from course_kit.profiling import explain as pexplain, files as tfiles, trace as ptrace
-from course_kit.streams import gpu, step_gaps, sweep
+from course_kit.profiling import step_gaps
+from course_kit.streams import gpu, sweep
 from course_kit.streams.explain import explain_blog, explain_pair, overlap_figures, which_mattered
 from course_kit.widgets import show
 from course_kit.widgets.streams import OverlapExplorer

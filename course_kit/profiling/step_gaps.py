@@ -1,4 +1,5 @@
 """What the GPU's idle time *inside* a step is made of, read from a profiler trace (notebook 07).
+It lives beside `intervals` and `trace`: the one place GPU idle is computed (DESIGN.md).
 
 The profiler's split (`profiling.intervals.split_idle`) calls every idle moment between a step's
 first and last GPU activity "inside the step". That is not all launch latency between kernels: in
@@ -18,10 +19,17 @@ from __future__ import annotations
 from statistics import median
 from typing import Iterable, Mapping, Sequence
 
-from ..profiling import intervals as iv
-from ..profiling import trace as tr
+from . import intervals as iv
+from . import trace as tr
 
 Interval = tuple[float, float]
+
+
+def _gaps_by_step(busy: list[Interval], spans: Iterable[Interval], threshold_us: float) -> list[list[Interval]]:
+    """For each step span (empty spans skipped), its idle gaps of at least `threshold_us`, longest first."""
+    return [sorted((g for g in iv.gaps(busy, (lo, hi)) if g[1] - g[0] >= threshold_us),
+                   key=lambda g: g[0] - g[1])
+            for lo, hi in spans if hi > lo]
 
 
 def split_step_gaps(busy: Iterable[Interval], spans: Iterable[Interval], threshold_us: float = 1.0) -> dict:
@@ -30,21 +38,12 @@ def split_step_gaps(busy: Iterable[Interval], spans: Iterable[Interval], thresho
     step with little idle weighs little; `largest_share` is the largest gaps' part of all of it."""
     if threshold_us < 0:
         raise ValueError(f"threshold_us={threshold_us!r} must be >= 0")
-    busy = iv.union(busy)
-    largest, rest, rest_count, per_step_inside, steps = [], [], 0, [], 0
-    for lo, hi in spans:
-        if not hi > lo:
-            continue
-        steps += 1
-        gaps = sorted((b - a for a, b in iv.gaps(busy, (lo, hi)) if b - a >= threshold_us), reverse=True)
-        per_step_inside.append(sum(gaps))
-        if gaps:
-            largest.append(gaps[0])
-            rest += gaps[1:]
-            rest_count += len(gaps) - 1
-    inside = sum(per_step_inside)
+    by_step = _gaps_by_step(iv.union(busy), spans, threshold_us)
+    largest = [g[0][1] - g[0][0] for g in by_step if g]
+    rest = [b - a for g in by_step for a, b in g[1:]]
+    inside, steps = sum(largest) + sum(rest), len(by_step)
     return {"steps": steps, "threshold_us": threshold_us, "inside_us": inside,
-            "largest_us": sum(largest), "rest_us": sum(rest), "rest_gaps": rest_count,
+            "largest_us": sum(largest), "rest_us": sum(rest), "rest_gaps": len(rest),
             "largest_share": sum(largest) / inside if inside > 0 else None,
             "largest_median_us": median(largest) if largest else None,
             "rest_median_us": median(rest) if rest else None,
@@ -53,13 +52,7 @@ def split_step_gaps(busy: Iterable[Interval], spans: Iterable[Interval], thresho
 
 def largest_gaps(busy: Iterable[Interval], spans: Iterable[Interval], threshold_us: float = 1.0) -> list[Interval]:
     """Each step's largest idle gap (of at least `threshold_us`), as an interval."""
-    busy = iv.union(busy)
-    out = []
-    for lo, hi in spans:
-        gaps = [g for g in iv.gaps(busy, (lo, hi)) if g[1] - g[0] >= threshold_us] if hi > lo else []
-        if gaps:
-            out.append(max(gaps, key=lambda g: g[1] - g[0]))
-    return out
+    return [g[0] for g in _gaps_by_step(iv.union(busy), spans, threshold_us) if g]
 
 
 def host_call_covering(gaps: Sequence[Interval], calls: Iterable[tuple[str, float, float]]) -> dict | None:
