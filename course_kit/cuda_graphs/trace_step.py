@@ -85,7 +85,9 @@ def _kernels(trace_eager: Mapping, record_count: float | None, kept: Mapping | N
                        f"PyTorch's lambda kernels hold one (`...{{lambda(int)#1}}`): it left out {left_out:.0f} of "
                        "the step's kernels and their time (fixed since; a new record counts them). The trace's "
                        "count is the step's.")
-    return text + (f" The two differ by {abs(whole - record_count):.0f}, and neither record shows where the "
+    # the record's count holds the two fills of its inputs, which are not the step's
+    return text + (f" Less the {RECORD_INPUT_KERNELS} fills that make the record's inputs, the two differ by "
+                   f"{abs(whole + RECORD_INPUT_KERNELS - record_count):.0f}, and neither record shows where the "
                    "difference lies.")
 
 
